@@ -1,0 +1,37 @@
+# gpu-admission: every target sets itself up from a machine with only Python, make and git.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: serve test lint bench bench-engine certs clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+certs/tls.crt:
+	$(MAKE) certs
+
+certs: $(STAMP)
+	$(BIN)/gpu-admission certs generate --out certs --dns localhost --ip 127.0.0.1
+
+serve: $(STAMP) certs/tls.crt
+	$(BIN)/gpu-admission serve --policies policies --host 127.0.0.1 --port 8443
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/python -m mypy
+
+bench bench-engine: $(STAMP)
+	$(BIN)/python bench/engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key
