@@ -1,0 +1,60 @@
+"""Shared test helpers: corpus locations, schema validation, patch checks."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GPU_ADMISSION_SHARED", REPO.parent / "shared"))
+CORPUS = SHARED / "corpus"
+REVIEWS = CORPUS / "admissionreviews" / "kube-apiserver-1.36"
+MANIFESTS = CORPUS / "manifests"
+POLICIES = REPO / "policies"
+K8S_VERSION = "1.34"
+
+#: kinds whose OpenAPI schema kubernetes-validate ships
+BUILTIN_GROUPS = {"v1", "apps/v1", "batch/v1"}
+
+
+def corpus_reviews() -> list[Path]:
+    files = sorted(REVIEWS.glob("*.json"))
+    assert files, f"no AdmissionReview corpus at {REVIEWS} (set GPU_ADMISSION_SHARED)"
+    return files
+
+
+def load_review(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def apply_patch(obj: Any, ops: Any) -> Any:
+    """Apply an RFC 6902 patch as kube-apiserver would, to a copy."""
+    return jsonpatch.JsonPatch(list(ops)).apply(copy.deepcopy(obj))
+
+
+def assert_schema_valid(obj: dict[str, Any]) -> None:
+    """Strict OpenAPI validation for built-in kinds (custom resources are skipped)."""
+    if obj.get("apiVersion") not in BUILTIN_GROUPS:
+        return
+    # server-populated metadata is not part of what a client may send
+    clean = dict(obj)
+    clean["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
+    clean.pop("status", None)
+    try:
+        kubernetes_validate.validate(clean, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise AssertionError(f"{obj.get('kind')} is not schema-valid: {str(exc).splitlines()[0]}") from exc
+
+
+@lru_cache(maxsize=None)
+def shipped_policies() -> Any:
+    from webhook.policy import loader
+
+    return loader.load_directory(POLICIES)

@@ -1,0 +1,157 @@
+"""The server over real localhost TLS: the AdmissionReview contract and bad input."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Webhook
+from tests.support import apply_patch, assert_schema_valid, corpus_reviews, load_review
+
+WARNING_MAX = 256
+
+
+def check_contract(sent: dict[str, Any], answer: dict[str, Any], *, mutating: bool) -> dict[str, Any]:
+    """What kube-apiserver checks of every answer (FACTS.md §6); returns the response."""
+    assert answer["apiVersion"] == sent["apiVersion"]
+    assert answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == sent["request"]["uid"]
+    assert isinstance(response["allowed"], bool)
+    assert ("patch" in response) == ("patchType" in response)
+    if "patch" in response:
+        assert mutating, "a validating webhook must not patch"
+        assert response["patchType"] == "JSONPatch"
+        ops = json.loads(base64.b64decode(response["patch"]))
+        assert isinstance(ops, list) and ops
+        patched = apply_patch(sent["request"]["object"], ops)
+        assert_schema_valid(patched)
+    if not response["allowed"]:
+        assert response["status"]["code"] == 403
+        assert response["status"]["message"]
+    for warning in response.get("warnings", []):
+        assert 0 < len(warning) <= WARNING_MAX
+    assert sum(len(w) for w in response.get("warnings", [])) <= 4096
+    return dict(response)
+
+
+@pytest.mark.parametrize("path", corpus_reviews(), ids=lambda p: p.stem)
+async def test_replays_every_corpus_request(webhook: Webhook, path: Path) -> None:
+    sent = load_review(path)
+    endpoint = "/mutate" if "_mutate_" in path.name else "/validate"
+    response = check_contract(sent, await webhook.review(endpoint, sent), mutating=endpoint == "/mutate")
+    request = sent["request"]
+    if request["operation"] in ("DELETE", "CONNECT") or request.get("subResource"):
+        assert response["allowed"] and "patch" not in response
+    if request["operation"] == "UPDATE" and request["kind"]["kind"] == "Pod":
+        assert "patch" not in response, "a pod's spec is immutable on UPDATE"
+
+
+async def test_mutate_adds_gpu_toleration_end_to_end(webhook: Webhook) -> None:
+    sent = load_review(corpus_reviews()[2])  # a 1-GPU pod
+    pod = sent["request"]["object"]
+    pod["spec"]["tolerations"] = [t for t in pod["spec"]["tolerations"] if t["key"] != "nvidia.com/gpu"]
+    response = check_contract(sent, await webhook.review("/mutate", sent), mutating=True)
+    patched = apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in patched["spec"]["tolerations"]
+    assert patched["metadata"]["annotations"]["gpu-admission.io/mutated"].startswith("tolerations")
+    assert any("tolerations" in w for w in response["warnings"])
+    # kube-apiserver calls again after a patch (reinvocation): no second patch
+    sent["request"]["object"] = patched
+    again = check_contract(sent, await webhook.review("/mutate", sent), mutating=True)
+    assert "patch" not in again
+
+
+async def test_dry_run_gets_the_same_answer(webhook: Webhook) -> None:
+    dry = load_review(next(p for p in corpus_reviews() if p.name.endswith("mutate_create_pods_dryrun.json")))
+    dry["request"]["object"]["spec"]["tolerations"] = []
+    wet = copy.deepcopy(dry)
+    wet["request"]["dryRun"] = False
+    a, b = await webhook.review("/mutate", dry), await webhook.review("/mutate", wet)
+    assert a["response"]["patch"] == b["response"]["patch"]
+
+
+async def test_v1beta1_is_answered_in_kind(webhook: Webhook) -> None:
+    sent = load_review(corpus_reviews()[0])
+    sent["apiVersion"] = "admission.k8s.io/v1beta1"
+    answer = await webhook.review("/mutate", sent)
+    assert answer["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert answer["response"]["uid"] == sent["request"]["uid"]
+
+
+BAD_BODIES = [
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "no request"),
+    (json.dumps({"kind": "AdmissionReview", "request": {}}), "apiVersion"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {}}), "kind must be AdmissionReview"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), BAD_BODIES)
+async def test_malformed_bodies_get_400(webhook: Webhook, body: Any, reason: str) -> None:
+    async with await webhook.post("/mutate", body) as resp:
+        assert resp.status == 400
+        assert reason in (await resp.json())["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda r: r.pop("uid"), "uid"),
+        (lambda r: r.pop("object"), "request.object"),
+        (lambda r: r.update(operation="EXPLODE"), "operation"),
+        (lambda r: r.update(kind="Pod"), "request.kind"),
+        (lambda r: r.update(namespace=7), "namespace"),
+    ],
+    ids=["no-uid", "no-object-on-create", "bad-operation", "kind-not-object", "namespace-not-string"],
+)
+async def test_reviews_missing_parts_get_400(webhook: Webhook, change: Any, reason: str) -> None:
+    sent = load_review(corpus_reviews()[0])
+    change(sent["request"])
+    async with await webhook.post("/validate", sent) as resp:
+        assert resp.status == 400
+        assert reason in (await resp.json())["message"]
+
+
+async def test_update_without_old_object_gets_400(webhook: Webhook) -> None:
+    sent = load_review(next(p for p in corpus_reviews() if "update_pods_.json" in p.name))
+    sent["request"]["oldObject"] = None
+    async with await webhook.post("/mutate", sent) as resp:
+        assert resp.status == 400
+
+
+async def test_body_over_3_mib_gets_413(webhook: Webhook) -> None:
+    sent = load_review(corpus_reviews()[0])
+    sent["request"]["object"]["metadata"]["annotations"]["big"] = "x" * (3 * 1024 * 1024)
+    async with await webhook.post("/mutate", sent) as resp:
+        assert resp.status == 413
+
+
+async def test_wrong_method_and_unknown_path(webhook: Webhook) -> None:
+    async with webhook.session.get(webhook.base + "/mutate") as resp:
+        assert resp.status == 405
+    async with webhook.session.post(webhook.base + "/nope", data=b"{}") as resp:
+        assert resp.status == 404
+
+
+async def test_health_readiness_and_metrics(webhook: Webhook) -> None:
+    async with webhook.session.get(webhook.base + "/healthz") as resp:
+        assert resp.status == 200
+    async with webhook.session.get(webhook.base + "/readyz") as resp:
+        assert resp.status == 200
+    await webhook.review("/mutate", load_review(corpus_reviews()[0]))
+    async with await webhook.post("/mutate", b"nope") as resp:
+        assert resp.status == 400
+    async with webhook.session.get(webhook.base + "/metrics") as resp:
+        text = await resp.text()
+    assert 'gpu_admission_requests_total{decision="allow",endpoint="/mutate",kind="Pod",operation="CREATE"} 1.0' in text
+    assert 'gpu_admission_requests_total{decision="error",endpoint="/mutate",kind="",operation=""} 1.0' in text
+    assert "gpu_admission_request_duration_seconds_bucket" in text
+    assert 'gpu_admission_certificate_not_after_seconds{cert="serving"}' in text
+    assert "gpu_admission_policies_loaded 1.0" in text

@@ -1,0 +1,151 @@
+"""``gpu-admission audit``: the same policies and engine over manifests, offline.
+
+Manifests come from files, folders (recursively) or stdin (``-``), several
+documents per file, ``List`` kinds flattened (so Helm and kustomize output
+work). Cluster facts come from ``--cluster-state`` files (``kubectl get
+nodes,namespaces,pods,resourcequotas,priorityclasses,runtimeclasses -A -o
+yaml``). Each object is mutated as the mutating webhook would, then
+validated, as kube-apiserver would call the two webhooks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.errors import ManifestError
+from webhook.policy import engine, loader
+from webhook.policy.decision import Decision, Finding
+from webhook.policy.request import Request
+from webhook.policy.view import SnapshotView
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class Result:
+    source: str
+    subject: str
+    mutation: Decision
+    validation: Decision
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.mutation.findings + self.validation.findings
+
+    @property
+    def denied(self) -> bool:
+        return not (self.mutation.allowed and self.validation.allowed)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("audit", help="evaluate policies on manifests, offline")
+    p.add_argument("paths", nargs="+", help="files or folders of manifests, or - for stdin")
+    p.add_argument("--policies", type=Path, default=Path("policies"))
+    p.add_argument("--cluster-state", action="append", default=[], type=Path,
+                   help="YAML/JSON of nodes, namespaces, pods, quotas, classes (repeatable)")
+    p.add_argument("--namespace", help="namespace for objects that name none (default: default)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = loader.load_directory(args.policies)
+    view = SnapshotView.from_objects(_documents_of(args.cluster_state))
+    results = [
+        audit_object(policies, view, source, obj, namespace=args.namespace)
+        for source, obj in read_manifests(args.paths)
+    ]
+    results = [r for r in results if r is not None]
+    sys.stdout.write(render_json(results) if args.format == "json" else render_text(results))
+    return 1 if any(r.denied for r in results) else 0
+
+
+def audit_object(
+    policies: loader.PolicySet, view: SnapshotView, source: str, obj: Mapping[str, Any], namespace: str | None = None
+) -> Result | None:
+    """Mutate then validate one object; None when it has no pod spec we know."""
+    request = Request.for_object(obj, namespace=namespace)
+    if (request.group, request.kind) not in policies.kinds:
+        return None
+    mutation = engine.evaluate(policies, request, view, "mutate")
+    patched = mutation.patched if mutation.patched is not None else obj
+    validation = engine.evaluate(policies, Request.for_object(patched, namespace=namespace), view, "validate")
+    return Result(source, request.subject, mutation, validation)
+
+
+def read_manifests(paths: Iterable[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for raw in paths:
+        if raw == "-":
+            yield from _objects("<stdin>", sys.stdin.read())
+            continue
+        path = Path(raw)
+        if not path.exists():
+            raise ManifestError(f"{path}: no such file or folder")
+        files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES) if path.is_dir() else [path]
+        for file in files:
+            yield from _objects(str(file), file.read_text(encoding="utf-8"))
+
+
+def _objects(source: str, text: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{source}: invalid YAML: {exc}") from exc
+    for doc in docs:
+        for obj in _flatten(doc):
+            yield source, obj
+
+
+def _flatten(doc: Any) -> Iterator[Mapping[str, Any]]:
+    if not isinstance(doc, Mapping):
+        return
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        for item in doc["items"]:
+            yield from _flatten(item)
+    elif "kind" in doc:
+        yield doc
+
+
+def _documents_of(files: Iterable[Path]) -> list[Mapping[str, Any]]:
+    objects: list[Mapping[str, Any]] = []
+    for file in files:
+        objects.extend(obj for _, obj in _objects(str(file), file.read_text(encoding="utf-8")))
+    return objects
+
+
+def render_text(results: list[Result]) -> str:
+    lines = []
+    for r in results:
+        changes = sorted({c.what for c in r.mutation.changes})
+        status = "DENY" if r.denied else ("MUTATE" if changes else "PASS")
+        lines.append(f"{status:7} {r.subject}  ({r.source})")
+        if changes:
+            lines.append(f"        would set: {', '.join(changes)}")
+        lines.extend(f"        {f.mode:7} {f.text()}" for f in r.findings)
+    denied = sum(r.denied for r in results)
+    lines.append(f"{len(results)} objects, {denied} denied")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(results: list[Result]) -> str:
+    return json.dumps(
+        [
+            {
+                "source": r.source,
+                "subject": r.subject,
+                "denied": r.denied,
+                "patch": list(r.mutation.patch),
+                "findings": [f.__dict__ for f in r.findings],
+            }
+            for r in results
+        ],
+        indent=2,
+    ) + "\n"

@@ -1,0 +1,124 @@
+"""The command line: serve | certs | policies | audit. Each returns an exit code.
+
+Exit codes: 0 clean, 1 violations found (or an expected error, one line),
+2 usage or invalid policy, 3 unexpected error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from webhook import __version__, certs
+from webhook.errors import GpuAdmissionError, PolicyError
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+log = logging.getLogger("webhook")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except PolicyError as exc:
+        print(f"invalid policy:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except GpuAdmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FOUND
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception:
+        log.exception("unexpected error")
+        return EXIT_UNEXPECTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-admission", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gpu-admission {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    _certs_parser(sub)
+    _policies_parser(sub)
+    from webhook import audit
+
+    audit.add_parser(sub)
+    return parser
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run the TLS admission server")
+    p.add_argument("--policies", type=Path, default=Path("policies"))
+    p.add_argument("--tls-cert", type=Path, help="default certs/tls.crt (generated when absent)")
+    p.add_argument("--tls-key", type=Path, help="default certs/tls.key")
+    p.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8443)
+    p.add_argument("--reload-interval", type=float, default=2.0, help="seconds between file checks")
+    p.add_argument("--shutdown-timeout", type=float, default=15.0)
+    p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from webhook.server import run
+
+    return run.serve(args)
+
+
+def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("certs", help="make certificates")
+    csub = p.add_subparsers(dest="certs_command", required=True)
+    gen = csub.add_parser("generate", help="a development CA and serving certificate")
+    gen.add_argument("--out", type=Path, required=True)
+    gen.add_argument("--service", default="gpu-admission")
+    gen.add_argument("--namespace", default="gpu-admission")
+    gen.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
+    gen.add_argument("--ip", action="append", default=[], help="extra IP address (repeatable)")
+    gen.add_argument("--days", type=int, default=365)
+    gen.set_defaults(func=_certs_generate)
+
+
+def _certs_generate(args: argparse.Namespace) -> int:
+    names = [*certs.service_names(args.service, args.namespace), *args.dns]
+    ca, cert, key = certs.generate_files(args.out, names, args.ip, days=args.days)
+    print(f"CA certificate: {ca}\nserving certificate: {cert}\nserving key: {key}")
+    return EXIT_OK
+
+
+def _policies_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("policies", help="work with policy files")
+    psub = p.add_subparsers(dest="policies_command", required=True)
+    check = psub.add_parser("check", help="validate a policy directory; exit 2 on any problem")
+    check.add_argument("directory", type=Path)
+    check.set_defaults(func=_policies_check)
+
+
+def _policies_check(args: argparse.Namespace) -> int:
+    from webhook.policy import loader
+
+    try:
+        policy_set = loader.load_directory(args.directory)
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print(problem)
+        print(f"{len(exc.problems)} problem(s) in {args.directory}", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"{args.directory}: {len(policy_set.policies)} policies, {len(policy_set.classes)} workload classes, "
+        f"{len(policy_set.kinds)} workload kinds: OK"
+    )
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The one exception hierarchy of gpu-admission."""
+
+from __future__ import annotations
+
+
+class GpuAdmissionError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class PolicyError(GpuAdmissionError):
+    """A policy file or directory is invalid."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems) if problems else "invalid policy")
+
+
+class ReviewError(GpuAdmissionError):
+    """A request body is not a usable AdmissionReview (answered with HTTP 400)."""
+
+
+class CertificateError(GpuAdmissionError):
+    """Certificates could not be created, read or loaded."""
+
+
+class ManifestError(GpuAdmissionError):
+    """A manifest given to the audit could not be read."""
+
+
+class ClusterError(GpuAdmissionError):
+    """The cluster could not be reached or configured."""

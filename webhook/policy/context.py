@@ -1,0 +1,80 @@
+"""What a rule sees while it runs on one pod spec, and how it reports back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy import gpu, schema
+from webhook.policy.decision import Change, Finding
+from webhook.policy.patch import PatchBuilder
+from webhook.policy.request import Phase, Request
+from webhook.policy.view import ClusterView
+from webhook.policy.workload import PodTarget
+
+
+@dataclass
+class Findings:
+    """Collects what rules found and changed during one evaluation."""
+
+    findings: list[Finding] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class RuleContext:
+    request: Request
+    view: ClusterView
+    phase: Phase
+    policy: schema.GPUPolicy
+    rule: str
+    mode: schema.Mode
+    target: PodTarget
+    workload_class: str
+    is_gpu: gpu.ResourceMatcher
+    ns_labels: Mapping[str, str]
+    builder: PatchBuilder
+    sink: Findings
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        """The pod spec as earlier rules left it."""
+        value = self.builder.get(self.target.spec_path)
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        """The pod (template) metadata, {} when the spec has none."""
+        if self.target.meta_path is None:
+            return {}
+        value = self.builder.get(self.target.meta_path)
+        return value if isinstance(value, Mapping) else {}
+
+    def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
+        return (*self.target.spec_path, *rest)
+
+    def gpu_containers(self) -> list[gpu.ContainerRef]:
+        """Containers of this pod spec that mention a GPU resource."""
+        return [ref for ref in gpu.containers(self.spec) if gpu.gpu_names(ref.container, self.is_gpu)]
+
+    def where(self, ref: gpu.ContainerRef | None = None, field_path: str = "") -> str:
+        """A human location: "Pod ml/x container "c" (resources.limits)"."""
+        text = self.request.subject
+        if self.target.where():
+            text += f" {self.target.where()}"
+        if ref is not None:
+            text += f" {ref.label()}"
+        if field_path:
+            text += f" ({field_path})"
+        return text
+
+    def report(self, message: str, field_path: str = "", mode: schema.Mode | None = None) -> None:
+        """Record a violation; the rule's mode decides whether it denies, warns or is audit-only."""
+        self.sink.findings.append(
+            Finding(self.policy.metadata.name, self.rule, mode or self.mode, message, field_path)
+        )
+
+    def changed(self, what: str) -> None:
+        """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
+        self.sink.changes.append(Change(self.policy.metadata.name, self.rule, what))

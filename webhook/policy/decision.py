@@ -1,0 +1,54 @@
+"""What the engine decided: allowed or not, the patch, warnings and findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.policy.schema import Mode
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a rule found: a violation, or a change it would make."""
+
+    policy: str
+    rule: str
+    mode: Mode
+    message: str
+    field: str = ""
+
+    def text(self) -> str:
+        return f"[{self.policy}/{self.rule}] {self.message}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change a rule made to the object (mutations in enforce mode)."""
+
+    policy: str
+    rule: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's answer for one object in one phase."""
+
+    allowed: bool = True
+    patch: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    changes: tuple[Change, ...] = ()
+    patched: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def denials(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.mode == "enforce")
+
+    def message(self) -> str:
+        """The denial message: every enforced violation, one per line."""
+        return "\n".join(f.text() for f in self.denials)
+
+
+ALLOW = Decision()

@@ -1,0 +1,171 @@
+"""evaluate(policies, request, view, phase) -> Decision: the pure core.
+
+No I/O, no clock, no globals: the server, the audit CLI and the tests call
+this same function, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy import gpu, match, schema
+from webhook.policy.context import Findings, RuleContext
+from webhook.policy.decision import ALLOW, Decision
+from webhook.policy.loader import PolicySet
+from webhook.policy.patch import PatchBuilder
+from webhook.policy.request import Phase, Request
+from webhook.policy.rules import tolerations
+from webhook.policy.view import ClusterView
+from webhook.policy.workload import PodTarget, owner_kinds, pod_targets
+
+PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    phases: tuple[str, ...]
+    run: Callable[[RuleContext, Any], None]
+
+
+#: Every rule family, in the order they run within a policy.
+RULES: tuple[_Rule, ...] = (
+    _Rule("tolerations", tolerations.PHASES, tolerations.run),
+)
+
+
+def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> Decision:
+    """Run every matching policy's rules of ``phase`` over the request's pod specs."""
+    obj = request.object
+    if request.operation not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping) or request.sub_resource:
+        return ALLOW
+    if request.kind == "Pod" and request.operation == "UPDATE":
+        # a running pod's spec is immutable: nothing to patch, nothing newly wrong
+        return ALLOW
+    paths = policies.kinds.get((request.group, request.kind))
+    if paths is None:
+        return ALLOW
+    targets = pod_targets(obj, paths)
+    any_gpu = policies.resource_matcher()
+    gpu_targets = {t for t in targets if _has_gpu(obj, t, any_gpu)}
+    if not gpu_targets and all(p.spec.match.gpuOnly for p in policies.policies):
+        return ALLOW
+    ns_labels = namespace_labels(view, request.namespace)
+    builder = PatchBuilder(obj)
+    sink = Findings()
+    for policy in policies.policies:
+        if match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
+            for target in targets:
+                if target in gpu_targets or not policy.spec.match.gpuOnly:
+                    _run_policy(policies, policy, request, view, phase, target, ns_labels, builder, sink)
+    if phase == "mutate":
+        _record_provenance(builder, sink)
+    return _decide(builder, sink)
+
+
+def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
+    """The namespace's labels, with the name label the API server always sets."""
+    labels: dict[str, str] = {}
+    ns = view.namespace(namespace) if namespace else None
+    if ns is not None:
+        raw = (ns.get("metadata") or {}).get("labels") or {}
+        labels.update({str(k): str(v) for k, v in raw.items()})
+    if namespace:
+        labels.setdefault("kubernetes.io/metadata.name", namespace)
+    return labels
+
+
+def _has_gpu(obj: Mapping[str, Any], target: PodTarget, is_gpu: gpu.ResourceMatcher) -> bool:
+    spec = _get(obj, target.spec_path)
+    return any(gpu.gpu_names(ref.container, is_gpu) for ref in gpu.containers(spec))
+
+
+def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, Any]:
+    node: Any = obj
+    for key in path:
+        node = node[key]
+    return node if isinstance(node, Mapping) else {}
+
+
+def _run_policy(
+    policies: PolicySet,
+    policy: schema.GPUPolicy,
+    request: Request,
+    view: ClusterView,
+    phase: Phase,
+    target: PodTarget,
+    ns_labels: Mapping[str, str],
+    builder: PatchBuilder,
+    sink: Findings,
+) -> None:
+    meta = builder.get(target.meta_path) if target.meta_path is not None else None
+    workload_class = match.classify(
+        policies.classes,
+        pod_meta=meta if isinstance(meta, Mapping) else {},
+        owner_kinds=owner_kinds(meta) if isinstance(meta, Mapping) else set(),
+        workload_kind=request.kind,
+        namespace=request.namespace,
+        ns_labels=ns_labels,
+    )
+    if not match.class_applies(policy, workload_class):
+        return
+    for rule in RULES:
+        cfg = getattr(policy.spec.rules, rule.name)
+        if cfg is None or cfg.mode == "off" or phase not in rule.phases:
+            continue
+        ctx = RuleContext(
+            request=request, view=view, phase=phase, policy=policy, rule=rule.name, mode=cfg.mode,
+            target=target, workload_class=workload_class, is_gpu=policies.resource_matcher(policy),
+            ns_labels=ns_labels, builder=builder, sink=sink,
+        )
+        if phase == "mutate" and cfg.mode != "enforce":
+            _dry_run(ctx, rule, cfg)
+        else:
+            rule.run(ctx, cfg)
+
+
+def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:
+    """Run a mutation in warn/audit mode: report what it would change, change nothing."""
+    scratch = Findings(findings=ctx.sink.findings)
+    ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
+    rule.run(ctx, cfg)
+    for change in dict.fromkeys(c.what for c in scratch.changes):
+        ctx.report(f"{ctx.where()}: would set {change}")
+
+
+def _record_provenance(builder: PatchBuilder, sink: Findings) -> None:
+    if not sink.changes:
+        return
+    path = ("metadata", "annotations", PROVENANCE_ANNOTATION)
+    previous = builder.get(path)
+    rules, policies = _parse_provenance(previous if isinstance(previous, str) else "")
+    rules.update(dict.fromkeys(c.what for c in sink.changes))
+    policies.update(dict.fromkeys(c.policy for c in sink.changes))
+    builder.set(path, f"{','.join(rules)}; policy={','.join(policies)}")
+
+
+def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
+    changed, _, policy_part = value.partition("; policy=")
+    return (
+        dict.fromkeys(x for x in changed.split(",") if x),
+        dict.fromkeys(x for x in policy_part.split(",") if x),
+    )
+
+
+def _decide(builder: PatchBuilder, sink: Findings) -> Decision:
+    findings = tuple(sink.findings)
+    warnings = [f.text() for f in findings if f.mode == "warn"]
+    if sink.changes:
+        parts = dict.fromkeys(c.what for c in sink.changes)
+        owners = dict.fromkeys(c.policy for c in sink.changes)
+        warnings.insert(0, f"gpu-admission mutated: {','.join(parts)}; policy={','.join(owners)}")
+    return Decision(
+        allowed=not any(f.mode == "enforce" for f in findings),
+        patch=tuple(builder.ops),
+        warnings=tuple(warnings),
+        findings=findings,
+        changes=tuple(sink.changes),
+        patched=builder.doc,
+    )

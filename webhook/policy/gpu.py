@@ -1,0 +1,113 @@
+"""GPU resource names and what a pod spec asks of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from webhook.policy import quantity
+
+#: Resource names treated as GPUs unless a policy lists more (FACTS §3).
+DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-*",
+)
+
+CONTAINER_LISTS: tuple[str, ...] = ("initContainers", "containers")
+
+
+@dataclass(frozen=True)
+class ResourceMatcher:
+    """Matches resource names against exact names and ``prefix*`` patterns."""
+
+    exact: frozenset[str]
+    prefixes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, patterns: Iterable[str]) -> ResourceMatcher:
+        patterns = tuple(patterns)
+        return cls(
+            exact=frozenset(p for p in patterns if not p.endswith("*")),
+            prefixes=tuple(p[:-1] for p in patterns if p.endswith("*")),
+        )
+
+    def __call__(self, name: str) -> bool:
+        return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """One container of a pod spec: which list, where, and the container itself."""
+
+    list_name: str  # "containers" or "initContainers"
+    index: int
+    container: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.container.get("name", f"#{self.index}"))
+
+    @property
+    def is_init(self) -> bool:
+        return self.list_name == "initContainers"
+
+    def label(self) -> str:
+        kind = "init container" if self.is_init else "container"
+        return f'{kind} "{self.name}"'
+
+
+def containers(spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
+    """Init containers then app containers of a pod spec (ephemeral ones never hold GPUs)."""
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if isinstance(items, list):
+            for index, container in enumerate(items):
+                if isinstance(container, Mapping):
+                    yield ContainerRef(list_name, index, container)
+
+
+def resource_map(container: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """``resources.limits`` or ``resources.requests`` of a container, {} when absent."""
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return {}
+    values = resources.get(field)
+    return values if isinstance(values, Mapping) else {}
+
+
+def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]:
+    """GPU resource names the container mentions in limits or requests."""
+    names = {n for n in resource_map(container, "limits") if is_gpu(n)}
+    names.update(n for n in resource_map(container, "requests") if is_gpu(n))
+    return names
+
+
+def gpu_count(container: Mapping[str, Any], name: str) -> Decimal:
+    """How many of ``name`` the container gets: the limit, else the request, else 0."""
+    for field in ("limits", "requests"):
+        value = quantity.parse_quantity(resource_map(container, field).get(name))
+        if value is not None:
+            return value
+    return Decimal(0)
+
+
+def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> dict[str, Decimal]:
+    """GPUs the pod needs per resource name, as the scheduler counts them.
+
+    Init containers run one at a time before the app containers, so the pod
+    needs the larger of the biggest init container and the sum of the app
+    containers.
+    """
+    app: dict[str, Decimal] = {}
+    init: dict[str, Decimal] = {}
+    for ref in containers(spec):
+        for name in gpu_names(ref.container, is_gpu):
+            count = gpu_count(ref.container, name)
+            if ref.is_init:
+                init[name] = max(init.get(name, Decimal(0)), count)
+            else:
+                app[name] = app.get(name, Decimal(0)) + count
+    return {n: max(app.get(n, Decimal(0)), init.get(n, Decimal(0))) for n in app.keys() | init.keys()}

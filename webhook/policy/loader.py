@@ -1,0 +1,180 @@
+"""Policy files → a validated, immutable PolicySet (or every problem, with file and field)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from webhook.errors import PolicyError
+from webhook.policy import schema
+from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
+from webhook.policy.workload import BUILTIN_KINDS, KindPaths, kind_index
+
+POLICY_SUFFIXES = (".yaml", ".yml")
+_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(schema.Document)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Everything loaded from one policy directory, ready for the engine."""
+
+    policies: tuple[schema.GPUPolicy, ...] = ()
+    classes: tuple[schema.GPUWorkloadClass, ...] = ()
+    kinds: dict[tuple[str, str], KindPaths] = field(default_factory=lambda: kind_index(BUILTIN_KINDS))
+    fingerprint: str = ""
+
+    @property
+    def gpu_resources(self) -> tuple[str, ...]:
+        """Every resource name or pattern any policy counts as a GPU."""
+        extra = [r for p in self.policies for r in p.spec.gpuResources]
+        return tuple(dict.fromkeys([*DEFAULT_GPU_RESOURCES, *extra]))
+
+    def resource_matcher(self, policy: schema.GPUPolicy | None = None) -> ResourceMatcher:
+        """The GPU resource matcher of one policy, or of all of them."""
+        if policy is None:
+            return ResourceMatcher.of(self.gpu_resources)
+        return ResourceMatcher.of([*DEFAULT_GPU_RESOURCES, *policy.spec.gpuResources])
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    index: int
+    data: Any
+
+
+def load_directory(directory: str | os.PathLike[str]) -> PolicySet:
+    """Load every policy file under ``directory`` (recursively) or raise PolicyError."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise PolicyError([f"{root}: not a directory"])
+    files = list(policy_files(root))
+    return load_files(files, base=root)
+
+
+def policy_files(root: Path) -> Iterator[Path]:
+    """YAML files below ``root`` in a stable order.
+
+    Hidden entries are skipped: a ConfigMap volume keeps its real files in
+    ``..<timestamp>`` folders and links the visible names to them.
+    """
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(POLICY_SUFFIXES) and not name.startswith("."):
+                yield Path(dirpath) / name
+
+
+def load_files(files: Iterable[Path], *, base: Path | None = None) -> PolicySet:
+    """Load the given files; every problem is collected before raising."""
+    problems: list[str] = []
+    sources: list[_Source] = []
+    digest = hashlib.sha256()
+    for path in files:
+        shown = path.relative_to(base) if base else path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{shown}: cannot read: {exc}")
+            continue
+        digest.update(str(shown).encode() + b"\0" + text.encode() + b"\0")
+        sources.extend(_parse(text, Path(str(shown)), problems))
+    documents = _validate(sources, problems)
+    policy_set = _assemble(documents, problems)
+    if problems:
+        raise PolicyError(problems)
+    return PolicySet(
+        policies=policy_set.policies,
+        classes=policy_set.classes,
+        kinds=policy_set.kinds,
+        fingerprint=digest.hexdigest()[:16],
+    )
+
+
+def load_text(text: str, name: str = "<policy>") -> PolicySet:
+    """Load policies from one YAML text (tests, stdin)."""
+    problems: list[str] = []
+    documents = _validate(list(_parse(text, Path(name), problems)), problems)
+    policy_set = _assemble(documents, problems)
+    if problems:
+        raise PolicyError(problems)
+    return policy_set
+
+
+def _parse(text: str, path: Path, problems: list[str]) -> Iterator[_Source]:
+    try:
+        for index, data in enumerate(yaml.safe_load_all(text)):
+            if data is not None:
+                yield _Source(path, index, data)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problems.append(f"{path}:{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}")
+
+
+def _validate(sources: list[_Source], problems: list[str]) -> list[tuple[_Source, Any]]:
+    documents: list[tuple[_Source, Any]] = []
+    for source in sources:
+        where = f"{source.path}: document {source.index + 1}"
+        data = source.data
+        if not isinstance(data, dict):
+            problems.append(f"{where}: expected a mapping with apiVersion, kind, metadata and spec")
+            continue
+        if data.get("apiVersion") != schema.API_VERSION:
+            problems.append(f"{where}: apiVersion must be {schema.API_VERSION} (got {data.get('apiVersion')!r})")
+            continue
+        if data.get("kind") not in schema.DOCUMENT_KINDS:
+            problems.append(f"{where}: kind must be one of {', '.join(schema.DOCUMENT_KINDS)} (got {data.get('kind')!r})")
+            continue
+        name = (data.get("metadata") or {}).get("name") if isinstance(data.get("metadata"), dict) else None
+        label = f"{where} ({data['kind']} {name or '?'})"
+        try:
+            documents.append((source, _ADAPTER.validate_python(data)))
+        except pydantic.ValidationError as exc:
+            problems.extend(f"{label}: {_field(err['loc'][1:])}: {err['msg']}" for err in exc.errors())
+    return documents
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(document)"
+
+
+def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> PolicySet:
+    seen: dict[tuple[str, str], _Source] = {}
+    for source, doc in documents:
+        key = (doc.kind, doc.metadata.name)
+        if key in seen:
+            first = seen[key]
+            problems.append(
+                f"{source.path}: document {source.index + 1}: {doc.kind} {doc.metadata.name!r} "
+                f"is already defined in {first.path} document {first.index + 1}"
+            )
+        seen[key] = source
+    policies = sorted(
+        (d for _, d in documents if isinstance(d, schema.GPUPolicy)),
+        key=lambda p: (p.spec.order, p.metadata.name),
+    )
+    classes = sorted(
+        (d for _, d in documents if isinstance(d, schema.GPUWorkloadClass)),
+        key=lambda c: (c.spec.order, c.metadata.name),
+    )
+    custom = [
+        KindPaths(d.spec.group, d.spec.kind, tuple(d.spec.podTemplates), tuple(d.spec.podSpecs))
+        for _, d in documents
+        if isinstance(d, schema.GPUWorkloadKind)
+    ]
+    return PolicySet(
+        policies=tuple(policies),
+        classes=tuple(classes),
+        kinds=kind_index([*BUILTIN_KINDS, *custom]),
+    )

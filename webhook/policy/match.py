@@ -1,0 +1,99 @@
+"""Does a policy (or a workload class) apply to this object, namespace and pod spec?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+from webhook.policy import schema
+
+
+def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Kubernetes label-selector semantics; a missing selector matches everything."""
+    if selector is None:
+        return True
+    for key, value in selector.matchLabels.items():
+        if labels.get(key) != value:
+            return False
+    for req in selector.matchExpressions:
+        present = req.key in labels
+        if req.operator == "In" and (not present or labels[req.key] not in req.values):
+            return False
+        if req.operator == "NotIn" and present and labels[req.key] in req.values:
+            return False
+        if req.operator == "Exists" and not present:
+            return False
+        if req.operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def name_matches(patterns: Sequence[str], name: str) -> bool:
+    """Empty patterns match everything; otherwise any shell glob must match."""
+    return not patterns or any(fnmatchcase(name, p) for p in patterns)
+
+
+def kind_matches(patterns: Sequence[str], group: str, kind: str) -> bool:
+    """"*", "Kind" (any group) or "group/Kind"."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == kind or pattern == f"{group}/{kind}":
+            return True
+    return False
+
+
+def policy_applies(
+    policy: schema.GPUPolicy, group: str, kind: str, namespace: str, ns_labels: Mapping[str, str]
+) -> bool:
+    """Object-level match: kind and namespace (pod-level parts are checked per pod spec)."""
+    match, exclude = policy.spec.match, policy.spec.exclude
+    if not kind_matches(match.kinds, group, kind):
+        return False
+    if not name_matches(match.namespaces, namespace) or not selector_matches(match.namespaceSelector, ns_labels):
+        return False
+    if exclude is not None:
+        if exclude.namespaces and name_matches(exclude.namespaces, namespace):
+            return False
+        if exclude.namespaceSelector is not None and selector_matches(exclude.namespaceSelector, ns_labels):
+            return False
+    return True
+
+
+def class_applies(policy: schema.GPUPolicy, workload_class: str) -> bool:
+    """Pod-level match on the workload class."""
+    match, exclude = policy.spec.match, policy.spec.exclude
+    if match.workloadClasses and workload_class not in match.workloadClasses:
+        return False
+    return not (exclude is not None and workload_class in exclude.workloadClasses)
+
+
+def classify(
+    classes: Sequence[schema.GPUWorkloadClass],
+    *,
+    pod_meta: Mapping[str, Any],
+    owner_kinds: set[str],
+    workload_kind: str,
+    namespace: str,
+    ns_labels: Mapping[str, str],
+) -> str:
+    """The first workload class (by order, then name) that matches; "" when none does."""
+    labels = _str_map(pod_meta.get("labels"))
+    annotations = _str_map(pod_meta.get("annotations"))
+    for cls in classes:
+        m = cls.spec.match
+        if m.labels is not None and not selector_matches(m.labels, labels):
+            continue
+        if any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
+            continue
+        if m.ownerKinds and not owner_kinds.intersection(m.ownerKinds):
+            continue
+        if m.workloadKinds and workload_kind not in m.workloadKinds:
+            continue
+        if not name_matches(m.namespaces, namespace) or not selector_matches(m.namespaceSelector, ns_labels):
+            continue
+        return cls.metadata.name
+    return ""
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}

@@ -1,0 +1,52 @@
+"""The engine's view of one admission request: plain data, no wire format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Phase = Literal["mutate", "validate"]
+
+
+@dataclass(frozen=True)
+class Request:
+    operation: str
+    group: str
+    version: str
+    kind: str
+    namespace: str
+    name: str
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None = None
+    sub_resource: str = ""
+    dry_run: bool = False
+
+    @classmethod
+    def for_object(cls, obj: Mapping[str, Any], *, operation: str = "CREATE", namespace: str | None = None) -> Request:
+        """A CREATE request for a manifest (the audit CLI and tests)."""
+        api_version = str(obj.get("apiVersion", "v1"))
+        group, _, version = api_version.rpartition("/")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        return cls(
+            operation=operation,
+            group=group,
+            version=version,
+            kind=str(obj.get("kind", "")),
+            namespace=namespace or str(meta.get("namespace") or "default"),
+            name=str(meta.get("name") or ""),
+            object=obj,
+        )
+
+    @property
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        meta = (self.object or {}).get("metadata") or {}
+        generate = meta.get("generateName") if isinstance(meta, Mapping) else None
+        return f"{generate}*" if generate else "(unnamed)"
+
+    @property
+    def subject(self) -> str:
+        """e.g. ``Pod ml-a/trainer``."""
+        return f"{self.kind} {self.namespace}/{self.display_name}" if self.namespace else f"{self.kind} {self.display_name}"

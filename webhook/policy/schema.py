@@ -1,0 +1,206 @@
+"""The policy file schema: Kubernetes-style documents validated by pydantic.
+
+Three kinds of document live in a policy directory (apiVersion
+``gpu-admission.io/v1alpha1``):
+
+- ``GPUPolicy``: what to match and which rules to run, each rule with a mode;
+- ``GPUWorkloadClass``: how to tell training from inference from notebooks;
+- ``GPUWorkloadKind``: where the pod templates of a custom resource are.
+
+Every model forbids unknown fields, so a misspelt key is an error at load
+time, never a silently ignored setting. docs/policies.md documents each field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+API_VERSION = "gpu-admission.io/v1alpha1"
+
+#: enforce: apply (mutations) or deny (validations); warn: allow with an admission
+#: warning; audit: record only (audit reports, metrics); off: do nothing.
+Mode = Literal["enforce", "warn", "audit", "off"]
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RESOURCE_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[-A-Za-z0-9_.]+)?\*?$")
+
+
+class Model(BaseModel):
+    """Base of every policy model: unknown fields are errors; values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Metadata(Model):
+    name: str = Field(min_length=1, max_length=253)
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError("must be a lowercase DNS-1123 subdomain, e.g. gpu-defaults")
+        return value
+
+
+class SelectorRequirement(Model):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector: all of matchLabels and matchExpressions must hold."""
+
+    matchLabels: dict[str, str] = {}
+    matchExpressions: list[SelectorRequirement] = []
+
+
+class Match(Model):
+    """What a policy applies to. Every given field must match (AND); lists are ORs."""
+
+    namespaces: list[str] = Field(default=[], description="namespace names; shell globs allowed")
+    namespaceSelector: LabelSelector | None = None
+    kinds: list[str] = Field(
+        default=["Pod"],
+        description='"Pod", "Deployment", "kubeflow.org/PyTorchJob", or "*" for every kind with pod specs',
+    )
+    workloadClasses: list[str] = []
+    gpuOnly: bool = Field(default=True, description="only pod specs that request a GPU resource")
+
+
+class Exclude(Model):
+    """What a policy never applies to, even when ``match`` says so."""
+
+    namespaces: list[str] = []
+    namespaceSelector: LabelSelector | None = None
+    workloadClasses: list[str] = []
+
+
+class RuleBase(Model):
+    mode: Mode = "enforce"
+
+
+class Toleration(Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+    @model_validator(mode="after")
+    def _valid_toleration(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration with an empty key needs operator Exists")
+        if self.tolerationSeconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds is only valid with effect NoExecute")
+        return self
+
+    def as_dict(self) -> dict[str, object]:
+        return self.model_dump(exclude_none=True)
+
+
+class TolerationsRule(RuleBase):
+    """Add the GPU-node taint tolerations a GPU pod needs (never a duplicate)."""
+
+    tolerations: list[Toleration] = Field(
+        default=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        min_length=1,
+    )
+
+
+class Rules(Model):
+    """The rules a policy runs, in this order. A rule left out does not run."""
+
+    tolerations: TolerationsRule | None = None
+
+
+class GPUPolicySpec(Model):
+    order: int = Field(default=100, description="lower runs first; ties run by name")
+    match: Match = Match()
+    exclude: Exclude | None = None
+    gpuResources: list[str] = Field(
+        default=[], description="resource names counted as GPUs besides the built-in NVIDIA ones"
+    )
+    rules: Rules = Rules()
+
+    @field_validator("gpuResources")
+    @classmethod
+    def _resource_names(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not _RESOURCE_PATTERN.match(value):
+                raise ValueError(f"{value!r} is not a resource name (optionally ending in *)")
+        return values
+
+
+class GPUPolicy(Model):
+    apiVersion: Literal["gpu-admission.io/v1alpha1"]
+    kind: Literal["GPUPolicy"]
+    metadata: Metadata
+    spec: GPUPolicySpec
+
+
+class ClassMatch(Model):
+    """How a workload class is recognised. Every given field must match (AND)."""
+
+    labels: LabelSelector | None = None
+    annotations: dict[str, str] = Field(default={}, description='value "*" matches any value')
+    ownerKinds: list[str] = Field(default=[], description="kinds in the pod's ownerReferences")
+    workloadKinds: list[str] = Field(default=[], description="kind of the admitted object")
+    namespaces: list[str] = []
+    namespaceSelector: LabelSelector | None = None
+
+
+class GPUWorkloadClassSpec(Model):
+    order: int = 100
+    match: ClassMatch
+
+
+class GPUWorkloadClass(Model):
+    apiVersion: Literal["gpu-admission.io/v1alpha1"]
+    kind: Literal["GPUWorkloadClass"]
+    metadata: Metadata
+    spec: GPUWorkloadClassSpec
+
+
+class GPUWorkloadKindSpec(Model):
+    group: str = Field(description='API group, "" for the core group')
+    kind: str = Field(min_length=1)
+    podTemplates: list[str] = Field(default=[], description="JSON pointers to pod templates; * is a wildcard")
+    podSpecs: list[str] = Field(default=[], description="JSON pointers to bare pod specs; * is a wildcard")
+
+    @model_validator(mode="after")
+    def _has_paths(self) -> GPUWorkloadKindSpec:
+        if not self.podTemplates and not self.podSpecs:
+            raise ValueError("give at least one of podTemplates or podSpecs")
+        for path in [*self.podTemplates, *self.podSpecs]:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not a JSON pointer (it must start with /)")
+        return self
+
+
+class GPUWorkloadKind(Model):
+    apiVersion: Literal["gpu-admission.io/v1alpha1"]
+    kind: Literal["GPUWorkloadKind"]
+    metadata: Metadata
+    spec: GPUWorkloadKindSpec
+
+
+Document = Annotated[
+    GPUPolicy | GPUWorkloadClass | GPUWorkloadKind, Field(discriminator="kind")
+]
+DOCUMENT_KINDS = ("GPUPolicy", "GPUWorkloadClass", "GPUWorkloadKind")

@@ -1,0 +1,119 @@
+"""Where pod specs live inside the kinds gpu-admission looks at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.patch import Path, lookup
+
+
+@dataclass(frozen=True)
+class KindPaths:
+    """The pod templates (metadata + spec) and bare pod specs of one kind.
+
+    Paths are JSON pointers where ``*`` stands for every key of a map or
+    every item of a list, e.g. ``/spec/pytorchReplicaSpecs/*/template``.
+    """
+
+    group: str
+    kind: str
+    templates: tuple[str, ...] = ()
+    pod_specs: tuple[str, ...] = ()
+
+
+#: Kinds Kubernetes itself defines; custom resources come from GPUWorkloadKind policies.
+BUILTIN_KINDS: tuple[KindPaths, ...] = (
+    KindPaths("", "Pod", pod_specs=("/spec",)),
+    KindPaths("", "PodTemplate", templates=("/template",)),
+    KindPaths("", "ReplicationController", templates=("/spec/template",)),
+    KindPaths("apps", "Deployment", templates=("/spec/template",)),
+    KindPaths("apps", "StatefulSet", templates=("/spec/template",)),
+    KindPaths("apps", "DaemonSet", templates=("/spec/template",)),
+    KindPaths("apps", "ReplicaSet", templates=("/spec/template",)),
+    KindPaths("batch", "Job", templates=("/spec/template",)),
+    KindPaths("batch", "CronJob", templates=("/spec/jobTemplate/spec/template",)),
+)
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """One pod spec inside an object: where its spec and metadata are."""
+
+    spec_path: tuple[str | int, ...]
+    meta_path: tuple[str | int, ...] | None
+
+    @property
+    def is_pod(self) -> bool:
+        return self.spec_path == ("spec",) and self.meta_path == ("metadata",)
+
+    def where(self) -> str:
+        """Where the spec is, for messages: "" for a pod, else e.g. "spec.template"."""
+        if self.is_pod:
+            return ""
+        base = self.spec_path[:-1] if self.meta_path is not None else self.spec_path
+        return ".".join(f"[{p}]" if isinstance(p, int) else p for p in base).replace(".[", "[")
+
+
+def split_pointer(path: str) -> tuple[str, ...]:
+    """``/a/b~1c`` → ("a", "b/c")."""
+    if not path or path == "/":
+        return ()
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/"))
+
+
+def expand(doc: Any, pattern: Sequence[str]) -> Iterator[tuple[str | int, ...]]:
+    """Concrete paths in ``doc`` that match a pattern with ``*`` wildcards."""
+    yield from _expand(doc, tuple(pattern), ())
+
+
+def _expand(node: Any, rest: tuple[str, ...], done: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    if not rest:
+        yield done
+        return
+    head, tail = rest[0], rest[1:]
+    if head == "*":
+        if isinstance(node, Mapping):
+            for key in node:
+                yield from _expand(node[key], tail, (*done, key))
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                yield from _expand(item, tail, (*done, index))
+    elif isinstance(node, Mapping) and head in node:
+        yield from _expand(node[head], tail, (*done, head))
+    elif isinstance(node, list) and head.isdigit() and int(head) < len(node):
+        yield from _expand(node[int(head)], tail, (*done, int(head)))
+
+
+def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
+    """Every pod spec of ``obj`` that exists and is a mapping."""
+    found: list[PodTarget] = []
+    for pattern in paths.templates:
+        for path in expand(obj, split_pointer(pattern)):
+            if isinstance(lookup(obj, (*path, "spec")), Mapping):
+                found.append(PodTarget((*path, "spec"), (*path, "metadata")))
+    for pattern in paths.pod_specs:
+        for path in expand(obj, split_pointer(pattern)):
+            if isinstance(lookup(obj, path), Mapping):
+                meta = ("metadata",) if path == ("spec",) else None
+                found.append(PodTarget(tuple(path), meta))
+    return found
+
+
+def kind_index(kinds: Iterable[KindPaths]) -> dict[tuple[str, str], KindPaths]:
+    """(group, kind) → paths; later entries override earlier ones."""
+    return {(k.group, k.kind): k for k in kinds}
+
+
+def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
+    """Kinds of the object's ownerReferences."""
+    refs = meta.get("ownerReferences")
+    if not isinstance(refs, list):
+        return set()
+    return {str(r.get("kind")) for r in refs if isinstance(r, Mapping)}
+
+
+def as_path(path: Path) -> tuple[str | int, ...]:
+    """A path as a tuple, for hashing and concatenation."""
+    return tuple(path)

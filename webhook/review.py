@@ -1,0 +1,152 @@
+"""AdmissionReview in and out (admission.k8s.io/v1, and v1beta1 answered in kind).
+
+``parse_review`` turns a request body into a :class:`Request` or raises
+ReviewError (the server answers 400); ``build_response`` turns a Decision
+into the response kube-apiserver expects (FACTS.md §6).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from webhook.errors import ReviewError
+from webhook.policy.decision import Decision
+from webhook.policy.request import Request
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MAX_WARNING_CHARS = 256
+MAX_WARNINGS_TOTAL = 4096
+
+
+class StatusJSON(TypedDict, total=False):
+    code: int
+    message: str
+    reason: str
+    status: str
+
+
+class ResponseJSON(TypedDict, total=False):
+    uid: str
+    allowed: bool
+    patchType: str
+    patch: str
+    warnings: list[str]
+    status: StatusJSON
+
+
+class ReviewJSON(TypedDict):
+    apiVersion: str
+    kind: str
+    response: ResponseJSON
+
+
+@dataclass(frozen=True)
+class Review:
+    """A parsed AdmissionReview: what to echo back, and the engine's request."""
+
+    api_version: str
+    uid: str
+    request: Request
+
+
+def parse_review(body: bytes | str) -> Review:
+    """Decode and check an AdmissionReview body; ReviewError says what is wrong."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"request body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ReviewError("request body is not a JSON object")
+    api_version = data.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise ReviewError(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {api_version!r}")
+    if data.get("kind") != "AdmissionReview":
+        raise ReviewError(f"kind must be AdmissionReview, got {data.get('kind')!r}")
+    req = data.get("request")
+    if not isinstance(req, dict):
+        raise ReviewError("AdmissionReview has no request object")
+    return Review(api_version=api_version, uid=_uid(req), request=_request(req))
+
+
+def _uid(req: Mapping[str, Any]) -> str:
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid is missing or not a string")
+    return uid
+
+
+def _request(req: Mapping[str, Any]) -> Request:
+    kind = req.get("kind")
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not kind["kind"]:
+        raise ReviewError("request.kind must be an object with group, version and kind")
+    operation = req.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    obj, old = req.get("object"), req.get("oldObject")
+    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise ReviewError(f"request.object must be an object on {operation}")
+    if operation == "UPDATE" and not isinstance(old, dict):
+        raise ReviewError("request.oldObject must be an object on UPDATE")
+    for name in ("namespace", "name", "subResource"):
+        if req.get(name) is not None and not isinstance(req.get(name), str):
+            raise ReviewError(f"request.{name} must be a string")
+    return Request(
+        operation=operation,
+        group=str(kind.get("group") or ""),
+        version=str(kind.get("version") or ""),
+        kind=kind["kind"],
+        namespace=req.get("namespace") or "",
+        name=req.get("name") or "",
+        object=obj if isinstance(obj, dict) else None,
+        old_object=old if isinstance(old, dict) else None,
+        sub_resource=req.get("subResource") or "",
+        dry_run=bool(req.get("dryRun")),
+    )
+
+
+def build_response(review: Review, decision: Decision, *, mutating: bool) -> ReviewJSON:
+    """The AdmissionReview answer: uid echoed, patch only when there is one."""
+    response: ResponseJSON = {"uid": review.uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {
+            "code": 403,
+            "reason": "Forbidden",
+            "status": "Failure",
+            "message": decision.message(),
+        }
+    elif mutating and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = encode_patch(decision.patch)
+    warnings = limit_warnings(decision.warnings)
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
+
+
+def encode_patch(ops: Any) -> str:
+    return base64.b64encode(json.dumps(list(ops), separators=(",", ":")).encode()).decode()
+
+
+def limit_warnings(warnings: Any) -> list[str]:
+    """Each warning within 256 characters, all of them within 4096, as kube-apiserver keeps them."""
+    kept: list[str] = []
+    total = 0
+    for text in dict.fromkeys(warnings):
+        one = " ".join(str(text).split())
+        if len(one) > MAX_WARNING_CHARS:
+            one = one[: MAX_WARNING_CHARS - 1] + "…"
+        if total + len(one) > MAX_WARNINGS_TOTAL:
+            break
+        kept.append(one)
+        total += len(one)
+    return kept
+
+
+def error_body(message: str) -> dict[str, Any]:
+    """A metav1.Status-shaped JSON body for 4xx answers."""
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message}

@@ -1,0 +1,114 @@
+"""The aiohttp application factory and its background work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from webhook.errors import CertificateError
+from webhook.policy.view import EMPTY_VIEW, ClusterView
+from webhook.server import handlers, keys
+from webhook.server.metrics import Metrics
+from webhook.server.policies import PolicyStore
+from webhook.server.tls import ReloadingTLS
+
+log = logging.getLogger(__name__)
+
+#: kube-apiserver sends at most 3 MiB (FACTS.md §6); more is answered 413.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    policies: Path
+    reload_interval: float = 2.0
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def create_app(
+    config: AppConfig,
+    *,
+    tls: ReloadingTLS | None = None,
+    view: ClusterView | None = None,
+    metrics: Metrics | None = None,
+) -> web.Application:
+    """Build the app. Raises PolicyError when the policy directory is invalid."""
+    app = web.Application(client_max_size=config.max_body_bytes)
+    store = PolicyStore(config.policies)
+    app[keys.STORE] = store
+    app[keys.METRICS] = metrics or Metrics()
+    fixed_view = view or EMPTY_VIEW
+    app[keys.VIEW] = lambda: fixed_view
+    # policies are loaded by now (an invalid directory raises above); the
+    # cluster index adds its own check when it runs
+    app[keys.READY_CHECKS] = []
+    app[keys.METRICS].policies_loaded.set(len(store.current.policies))
+    app[keys.METRICS].reloads.labels("success")
+    app[keys.METRICS].reloads.labels("error")
+    if tls is not None:
+        app[keys.TLS] = tls
+        _export_cert_expiry(app, tls)
+    app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
+    if tls is not None:
+        app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_tls(app, tls)))
+    app.router.add_post("/mutate", handlers.mutate)
+    app.router.add_post("/validate", handlers.validate)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app
+
+
+def _reload_policies(app: web.Application) -> None:
+    store, metrics = app[keys.STORE], app[keys.METRICS]
+    result = store.reload_if_changed()
+    if result is None:
+        return
+    metrics.reloads.labels("success" if result else "error").inc()
+    metrics.policies_loaded.set(len(store.current.policies))
+
+
+def _reload_tls(app: web.Application, tls: ReloadingTLS) -> None:
+    metrics = app[keys.METRICS]
+    try:
+        changed = tls.reload_if_changed()
+    except CertificateError as exc:
+        log.error("new certificate not loaded, keeping the one in force: %s", exc)
+        metrics.tls_reloads.labels("error").inc()
+        return
+    if changed:
+        metrics.tls_reloads.labels("success").inc()
+        _export_cert_expiry(app, tls)
+
+
+def _export_cert_expiry(app: web.Application, tls: ReloadingTLS) -> None:
+    app[keys.METRICS].cert_not_after.labels("serving").set(tls.not_after)
+    if tls.client_ca is not None:
+        app[keys.METRICS].cert_not_after.labels("client-ca").set(tls.client_ca_not_after)
+
+
+def _watch(interval: float, check: Callable[[], None]) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx entry that runs ``check`` every ``interval`` seconds until shutdown."""
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                check()
+            except Exception:  # a watcher must outlive any one bad check
+                log.exception("background check failed")
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return ctx

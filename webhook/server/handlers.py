@@ -1,0 +1,78 @@
+"""HTTP handlers: decode → evaluate → encode, and the health endpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from aiohttp import web
+
+from webhook import review
+from webhook.errors import ReviewError
+from webhook.policy import engine
+from webhook.policy.decision import Decision
+from webhook.policy.request import Phase
+from webhook.server import keys
+
+log = logging.getLogger(__name__)
+
+
+async def mutate(request: web.Request) -> web.Response:
+    return await _admit(request, "mutate")
+
+
+async def validate(request: web.Request) -> web.Response:
+    return await _admit(request, "validate")
+
+
+async def _admit(request: web.Request, phase: Phase) -> web.Response:
+    started = time.perf_counter()
+    app = request.app
+    metrics = app[keys.METRICS]
+    endpoint = request.path
+    body = await request.read()  # aiohttp answers 413 itself past client_max_size
+    try:
+        parsed = review.parse_review(body)
+    except ReviewError as exc:
+        metrics.requests.labels(endpoint, "", "", "error").inc()
+        return web.json_response(review.error_body(str(exc)), status=400)
+    decision = engine.evaluate(app[keys.STORE].current, parsed.request, app[keys.VIEW](), phase)
+    payload = review.build_response(parsed, decision, mutating=phase == "mutate")
+    _observe(app, endpoint, parsed, decision)
+    metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    return web.Response(body=json.dumps(payload, separators=(",", ":")), content_type="application/json")
+
+
+def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision) -> None:
+    metrics = app[keys.METRICS]
+    req = parsed.request
+    if not decision.allowed:
+        outcome = "deny"
+        log.info("denied %s %s (uid %s): %s", req.operation, req.subject, parsed.uid, decision.message())
+    elif decision.patch:
+        outcome = "patch"
+    elif decision.warnings:
+        outcome = "warn"
+    else:
+        outcome = "allow"
+    metrics.requests.labels(endpoint, req.kind, req.operation, outcome).inc()
+    for finding in decision.findings:
+        metrics.findings.labels(finding.policy, finding.rule, finding.mode).inc()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    problems = [check() for check in request.app[keys.READY_CHECKS]]
+    problems = [p for p in problems if p]
+    if problems:
+        return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
+    return web.Response(text="ready\n")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[keys.METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

@@ -1,0 +1,48 @@
+"""``gpu-admission serve``: certificates, cluster view, app, and the TLS listener."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from aiohttp import web
+
+from webhook import certs
+from webhook.server.app import AppConfig, create_app
+from webhook.server.tls import ReloadingTLS
+
+log = logging.getLogger(__name__)
+
+DEV_CERTS = Path("certs")
+
+
+def serve(args: argparse.Namespace) -> int:
+    cert, key = _certificate_files(args)
+    tls = ReloadingTLS(cert, key, args.client_ca)
+    app = create_app(AppConfig(policies=args.policies, reload_interval=args.reload_interval), tls=tls)
+    log.info("serving on https://%s:%d with policies from %s", args.host, args.port, args.policies)
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        ssl_context=tls.context,
+        shutdown_timeout=args.shutdown_timeout,
+        access_log=None,
+        print=None,
+    )
+    return 0
+
+
+def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The given pair, or the development pair in certs/ (generated when absent)."""
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise SystemExit("give both --tls-cert and --tls-key")
+        return args.tls_cert, args.tls_key
+    cert, key = DEV_CERTS / certs.TLS_CERT, DEV_CERTS / certs.TLS_KEY
+    if not (cert.exists() and key.exists()):
+        names = ["localhost", *certs.service_names("gpu-admission", "gpu-admission")]
+        ca, cert, key = certs.generate_files(DEV_CERTS, names, ["127.0.0.1", "::1"])
+        log.warning("generated a development CA: %s (use it as the webhook caBundle)", ca.resolve())
+    return cert, key
