@@ -77,8 +77,9 @@ def generate_serving(
     ips: Sequence[str] = (),
     days: int = 365,
     now: dt.datetime | None = None,
+    client: bool = False,
 ) -> KeyPair:
-    """A serving certificate signed by ``ca`` for the given names and addresses."""
+    """A serving (or, with ``client``, a client) certificate signed by ``ca``."""
     if not dns_names and not ips:
         raise CertificateError("a serving certificate needs at least one DNS name or IP address")
     ca_cert = ca.certificate
@@ -100,7 +101,10 @@ def generate_serving(
         .not_valid_after(min(start + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
         .add_extension(x509.SubjectAlternativeName(sans + addresses), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
             critical=False,

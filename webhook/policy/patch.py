@@ -59,13 +59,14 @@ class PatchBuilder:
                 return False
             self._write(path, value, "replace")
             return True
-        # add the whole missing subtree at its first missing ancestor
+        # add the whole missing subtree at its first missing (or null) ancestor
         for depth in range(1, len(path)):
-            if lookup(self.doc, path[:depth], _MISSING) is _MISSING:
+            ancestor = lookup(self.doc, path[:depth], _MISSING)
+            if ancestor is _MISSING or ancestor is None:
                 nested: Any = value
                 for key in reversed(path[depth:]):
                     nested = {key: nested}
-                self._write(path[:depth], nested, "add")
+                self._write(path[:depth], nested, "add" if ancestor is _MISSING else "replace")
                 return True
         self._write(path, value, "add")
         return True

@@ -1,0 +1,96 @@
+"""The patch builder: recorded operations reproduce the document; the input is never touched."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support import apply_patch
+from webhook.policy.patch import PatchBuilder, pointer
+
+
+def test_pointer_escapes_rfc6901() -> None:
+    assert pointer(["metadata", "annotations", "gpu-admission.io/mutated"]) == "/metadata/annotations/gpu-admission.io~1mutated"
+    assert pointer(["a~b", 0]) == "/a~0b/0"
+
+
+def test_missing_parents_are_added_as_one_subtree() -> None:
+    doc = {"spec": {}}
+    b = PatchBuilder(doc)
+    b.set(["spec", "securityContext", "runAsNonRoot"], True)
+    assert b.ops == [{"op": "add", "path": "/spec/securityContext", "value": {"runAsNonRoot": True}}]
+    assert doc == {"spec": {}}
+
+
+def test_append_creates_the_list_when_missing_and_indexes_after() -> None:
+    b = PatchBuilder({"spec": {}})
+    b.append(["spec", "tolerations"], {"key": "a"})
+    b.append(["spec", "tolerations"], {"key": "b"})
+    assert b.ops == [
+        {"op": "add", "path": "/spec/tolerations", "value": [{"key": "a"}]},
+        {"op": "add", "path": "/spec/tolerations/1", "value": {"key": "b"}},
+    ]
+    assert b.ops[0]["value"] == [{"key": "a"}], "recorded values must not change afterwards"
+
+
+def test_null_parents_are_replaced() -> None:
+    b = PatchBuilder({"spec": {"securityContext": None}})
+    b.set(["spec", "securityContext", "runAsNonRoot"], True)
+    assert b.ops == [{"op": "replace", "path": "/spec/securityContext", "value": {"runAsNonRoot": True}}]
+
+
+def test_unchanged_values_record_nothing() -> None:
+    b = PatchBuilder({"a": {"b": 1}})
+    assert not b.set(["a", "b"], 1)
+    assert not b.remove(["a", "c"])
+    assert not b.set_default(["a", "b"], 2)
+    assert b.ops == []
+
+
+KEYS = st.sampled_from(["a", "b", "c", "x/y", "t~"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@st.composite
+def edits(draw: Any) -> list[tuple[str, list[str], Any]]:
+    return draw(st.lists(st.tuples(st.sampled_from(["set", "append", "remove", "default"]),
+                                   st.lists(KEYS, min_size=1, max_size=3), JSON), max_size=8))
+
+
+def _apply_edit(b: PatchBuilder, op: str, path: list[str], value: Any) -> None:
+    # only edit where the path runs through mappings, as rules do
+    node = b.doc
+    for key in path[:-1]:
+        node = node.get(key)
+        if node is None:  # missing or null parents are created
+            break
+        if not isinstance(node, dict):
+            return
+    if op == "set":
+        b.set(path, value)
+    elif op == "default":
+        b.set_default(path, value)
+    elif op == "append":
+        current = b.get(path)
+        if current is None or isinstance(current, list):
+            b.append(path, value)
+    else:
+        b.remove(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(KEYS, JSON, max_size=4), steps=edits())
+def test_recorded_patch_reproduces_the_document(doc: dict[str, Any], steps: list[Any]) -> None:
+    original = copy.deepcopy(doc)
+    b = PatchBuilder(doc)
+    for op, path, value in steps:
+        _apply_edit(b, op, path, value)
+    assert doc == original, "the input object must never be modified"
+    assert apply_patch(original, b.ops) == b.doc

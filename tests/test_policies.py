@@ -1,0 +1,134 @@
+"""Policy files: validation with file, document and field; `policies check`; hot reload."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import StartWebhook
+from tests.support import POLICIES, corpus_reviews, load_review
+from webhook import cli
+from webhook.errors import PolicyError
+from webhook.policy import loader
+from webhook.server import keys
+
+GOOD = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: extra}
+spec:
+  rules:
+    tolerations:
+      tolerations: [{key: example.com/gpu-pool, operator: Exists, effect: NoSchedule}]
+"""
+
+
+def problems_of(tmp_path: Path, text: str) -> list[str]:
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path)
+    return caught.value.problems
+
+
+def test_shipped_policies_load() -> None:
+    policy_set = loader.load_directory(POLICIES)
+    assert policy_set.policies
+
+
+def test_misspelt_field_is_named_with_file_document_and_path(tmp_path: Path) -> None:
+    text = GOOD + "---\n" + GOOD.replace("name: extra", "name: second").replace("operator: Exists", "operatr: Exists")
+    [problem] = problems_of(tmp_path, text)
+    assert problem.startswith("p.yaml: document 2 (GPUPolicy second): spec.rules.tolerations.tolerations[0].operatr")
+    assert "Extra inputs are not permitted" in problem
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("mode: enforce", "mode: strict"), "spec.rules.tolerations.mode"),
+        (("operator: Exists", "operator: Exists, value: x"), "takes no value"),
+        (("name: extra", "name: Not_A_Name"), "metadata.name"),
+        (("kind: GPUPolicy", "kind: GPUPolice"), "kind must be one of"),
+        (("gpu-admission.io/v1alpha1", "v1"), "apiVersion must be"),
+        (("rules:", "rulez:"), "spec.rulez"),
+    ],
+)
+def test_invalid_values_are_refused(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    text = GOOD.replace("tolerations:\n      tolerations", "tolerations:\n      mode: enforce\n      tolerations")
+    problems = problems_of(tmp_path, text.replace(*change))
+    assert any(expected in p for p in problems), problems
+
+
+def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text(GOOD)
+    (tmp_path / "c.yaml").write_text("spec: [unclosed\n")
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path)
+    text = str(caught.value)
+    assert "c.yaml: line" in text and "invalid YAML" in text
+    assert "GPUPolicy 'extra' is already defined in a.yaml document 1" in text
+
+
+def test_configmap_layout_is_read_through_links(tmp_path: Path) -> None:
+    data = tmp_path / "..2026_11_22_data"
+    data.mkdir()
+    (data / "gpu.yaml").write_text(GOOD)
+    os.symlink(data.name, tmp_path / "..data")
+    os.symlink("..data/gpu.yaml", tmp_path / "gpu.yaml")
+    policy_set = loader.load_directory(tmp_path)
+    assert [p.metadata.name for p in policy_set.policies] == ["extra"]
+
+
+def test_policies_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["policies", "check", str(POLICIES)]) == 0
+    (tmp_path / "bad.yaml").write_text(GOOD.replace("Exists", "Sometimes"))
+    assert cli.main(["policies", "check", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "bad.yaml: document 1 (GPUPolicy extra): spec.rules.tolerations.tolerations[0].operator" in out
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_hot_reload_applies_valid_and_refuses_invalid(start_webhook: StartWebhook, policy_dir: Path) -> None:
+    hook = await start_webhook(reload_interval=0.02)
+    store = hook.app[keys.STORE]
+    sent = load_review(corpus_reviews()[2])  # already carries the nvidia.com/gpu toleration
+
+    async def added_toleration_keys() -> list[str]:
+        answer = await hook.review("/mutate", sent)
+        ops = json.loads(base64.b64decode(answer["response"].get("patch", "W10=")))
+        return [op["value"]["key"] for op in ops if "/spec/tolerations/" in op["path"]]
+
+    assert await added_toleration_keys() == []
+    before = store.current
+    (policy_dir / "extra.yaml").write_text(GOOD)
+    await wait_for(lambda: store.current is not before)
+    assert await added_toleration_keys() == ["example.com/gpu-pool"]
+
+    good = store.current
+    (policy_dir / "broken.yaml").write_text(GOOD.replace("name: extra", "name: broken").replace("Exists", "Sometimes"))
+    await wait_for(lambda: store.last_error != "")
+    assert store.current is good and "broken.yaml" in store.last_error
+    assert await added_toleration_keys() == ["example.com/gpu-pool"]
+    async with hook.session.get(hook.base + "/metrics") as resp:
+        text = await resp.text()
+    assert 'gpu_admission_policy_reloads_total{result="error"} 1.0' in text
+    assert 'gpu_admission_policy_reloads_total{result="success"} 1.0' in text
+    assert "gpu_admission_policies_loaded 2.0" in text
+
+    (policy_dir / "broken.yaml").unlink()  # fixing the directory brings reloads back
+    await wait_for(lambda: store.last_error == "")

@@ -1,0 +1,124 @@
+"""TLS: hot reload without failed requests, TLS 1.2 minimum, client certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography import x509
+
+from tests.conftest import Pki, StartWebhook, make_pki
+from tests.support import corpus_reviews, load_review
+from webhook import certs
+from webhook.server.app import AppConfig, create_app
+from webhook.server.tls import ReloadingTLS
+
+
+async def served_certificate(port: int, ctx: ssl.SSLContext) -> x509.Certificate:
+    """The certificate a new connection to the server is given."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    await writer.wait_closed()
+    return x509.load_der_x509_certificate(der)
+
+
+async def test_rotated_certificate_is_served_without_restart_or_failed_requests(
+    start_webhook: StartWebhook, pki: Pki, tmp_path: Path
+) -> None:
+    hook = await start_webhook(reload_interval=0.05)
+    port = int(hook.base.rsplit(":", 1)[1])
+    new = make_pki(tmp_path / "rotated")
+    trust_both = pki.client_context(new.ca)
+    before = await served_certificate(port, trust_both)
+    assert before.serial_number == x509.load_pem_x509_certificate(pki.cert.read_bytes()).serial_number
+
+    sent = load_review(corpus_reviews()[0])
+    failures: list[Any] = []
+    stop = asyncio.Event()
+
+    async def traffic() -> int:
+        count = 0
+        # a fresh connection per request, so handshakes happen across the swap
+        while not stop.is_set():
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust_both, force_close=True)) as s:
+                async with s.post(hook.base + "/mutate", json=sent) as resp:
+                    if resp.status != 200:
+                        failures.append(resp.status)
+            count += 1
+        return count
+
+    runner = asyncio.create_task(traffic())
+    await asyncio.sleep(0.1)
+    # as a Secret volume does: replace both files
+    shutil.copy(new.key, pki.key)
+    shutil.copy(new.cert, pki.cert)
+    expected = x509.load_pem_x509_certificate(new.cert.read_bytes()).serial_number
+    for _ in range(200):
+        if (await served_certificate(port, trust_both)).serial_number == expected:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the rotated certificate was never served")
+    await asyncio.sleep(0.1)
+    stop.set()
+    sent_count = await runner
+    assert sent_count > 1 and not failures
+    async with hook.session.get(hook.base + "/metrics", ssl=trust_both) as resp:
+        assert 'gpu_admission_certificate_reloads_total{result="success"} 1.0' in await resp.text()
+
+
+async def test_a_broken_new_pair_keeps_the_old_one(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+    hook = await start_webhook(reload_interval=0.05)
+    port = int(hook.base.rsplit(":", 1)[1])
+    other = make_pki(tmp_path / "other")
+    shutil.copy(other.key, pki.key)  # key without its certificate: a mismatched pair
+    await asyncio.sleep(0.3)
+    cert = await served_certificate(port, pki.client_context())
+    assert cert.serial_number == x509.load_pem_x509_certificate(pki.cert.read_bytes()).serial_number
+    async with hook.session.get(hook.base + "/metrics") as resp:
+        assert 'gpu_admission_certificate_reloads_total{result="error"}' in await resp.text()
+
+
+async def test_tls_below_1_2_is_refused(start_webhook: StartWebhook, pki: Pki) -> None:
+    hook = await start_webhook()
+    port = int(hook.base.rsplit(":", 1)[1])
+    old = pki.client_context()
+    old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    with pytest.warns(DeprecationWarning):
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    try:
+        old.set_ciphers("ALL:@SECLEVEL=0")
+    except ssl.SSLError:
+        pass
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        await served_certificate(port, old)
+    modern = pki.client_context()
+    modern.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert (await served_certificate(port, modern)).serial_number
+
+
+async def test_client_certificates_are_required_with_client_ca(aiohttp_server: Any, pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+    clients = tmp_path / "clients"
+    ca = certs.generate_ca("client CA")
+    client = certs.generate_serving(ca, ["kube-apiserver"], client=True)
+    certs.write_pair(clients, ca, "ca.crt", "ca.key")
+    certs.write_pair(clients, client, "client.crt", "client.key")
+    tls = ReloadingTLS(pki.cert, pki.key, clients / "ca.crt")
+    server = await aiohttp_server(create_app(AppConfig(policies=policy_dir), tls=tls), ssl=tls.context)
+    url = f"https://127.0.0.1:{server.port}/healthz"
+    anonymous = pki.client_context()
+    with pytest.raises(aiohttp.ClientError):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous)) as s:
+            async with s.get(url) as resp:
+                await resp.read()
+    with_cert = pki.client_context()
+    with_cert.load_cert_chain(clients / "client.crt", clients / "client.key")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=with_cert)) as s:
+        async with s.get(url) as resp:
+            assert resp.status == 200
