@@ -79,20 +79,31 @@ def classify(
     """The first workload class (by order, then name) that matches; "" when none does."""
     labels = _str_map(pod_meta.get("labels"))
     annotations = _str_map(pod_meta.get("annotations"))
+    facts = (labels, annotations, owner_kinds, workload_kind, namespace, ns_labels)
     for cls in classes:
-        m = cls.spec.match
-        if m.labels is not None and not selector_matches(m.labels, labels):
-            continue
-        if any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
-            continue
-        if m.ownerKinds and not owner_kinds.intersection(m.ownerKinds):
-            continue
-        if m.workloadKinds and workload_kind not in m.workloadKinds:
-            continue
-        if not name_matches(m.namespaces, namespace) or not selector_matches(m.namespaceSelector, ns_labels):
-            continue
-        return cls.metadata.name
+        if any(_class_entry_matches(entry, *facts) for entry in cls.spec.matchAny):
+            return cls.spec.workloadClass or cls.metadata.name
     return ""
+
+
+def _class_entry_matches(
+    m: schema.ClassMatch,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    owner_kinds: set[str],
+    workload_kind: str,
+    namespace: str,
+    ns_labels: Mapping[str, str],
+) -> bool:
+    if m.labels is not None and not selector_matches(m.labels, labels):
+        return False
+    if any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
+        return False
+    if m.ownerKinds and not owner_kinds.intersection(m.ownerKinds):
+        return False
+    if m.workloadKinds and workload_kind not in m.workloadKinds:
+        return False
+    return name_matches(m.namespaces, namespace) and selector_matches(m.namespaceSelector, ns_labels)
 
 
 def _str_map(value: Any) -> dict[str, str]:

@@ -166,8 +166,12 @@ class ClassMatch(Model):
 
 
 class GPUWorkloadClassSpec(Model):
-    order: int = 100
-    match: ClassMatch
+    order: int = Field(default=100, description="lower is tried first; the first match wins")
+    workloadClass: str | None = Field(
+        default=None,
+        description="the class assigned (default: metadata.name); several documents may assign one class",
+    )
+    matchAny: list[ClassMatch] = Field(min_length=1, description="the class applies when any entry matches")
 
 
 class GPUWorkloadClass(Model):
