@@ -16,22 +16,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement
+
+__all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
 
 API_VERSION = "gpu-admission.io/v1alpha1"
 
-#: enforce: apply (mutations) or deny (validations); warn: allow with an admission
-#: warning; audit: record only (audit reports, metrics); off: do nothing.
-Mode = Literal["enforce", "warn", "audit", "off"]
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESOURCE_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[-A-Za-z0-9_.]+)?\*?$")
-
-
-class Model(BaseModel):
-    """Base of every policy model: unknown fields are errors; values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Metadata(Model):
@@ -45,27 +40,6 @@ class Metadata(Model):
         if not _DNS_SUBDOMAIN.match(value):
             raise ValueError("must be a lowercase DNS-1123 subdomain, e.g. gpu-defaults")
         return value
-
-
-class SelectorRequirement(Model):
-    key: str = Field(min_length=1)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = []
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> SelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        return self
-
-
-class LabelSelector(Model):
-    """A Kubernetes label selector: all of matchLabels and matchExpressions must hold."""
-
-    matchLabels: dict[str, str] = {}
-    matchExpressions: list[SelectorRequirement] = []
 
 
 class Match(Model):
@@ -87,10 +61,6 @@ class Exclude(Model):
     namespaces: list[str] = []
     namespaceSelector: LabelSelector | None = None
     workloadClasses: list[str] = []
-
-
-class RuleBase(Model):
-    mode: Mode = "enforce"
 
 
 class Toleration(Model):

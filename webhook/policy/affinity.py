@@ -1,0 +1,106 @@
+"""Merging node-affinity requirements into a pod spec without widening it.
+
+``nodeSelectorTerms`` are ORed and the expressions inside one term ANDed
+(FACTS.md §7), so a requirement is ANDed into every term (or becomes the
+first term). A term or nodeSelector that already implies it is left alone;
+one that contradicts it can never match, and when nothing is left that can,
+the pod could never be scheduled: the caller is told why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policy.patch import PatchBuilder
+
+REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+PREFERRED = ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
+
+Expression = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Merge:
+    added: bool = False
+    conflict: str = ""  # why no node could match, when that is so
+
+
+def relation(have: Expression, wanted: Expression) -> str:
+    """"implies", "conflicts" or "independent": what ``have`` says about ``wanted`` (same key)."""
+    op, values = have.get("operator"), set(have.get("values") or ())
+    w_op, w_values = wanted.get("operator"), set(wanted.get("values") or ())
+    if op == w_op and values == w_values:
+        return "implies"
+    if w_op == "In":
+        if op == "In":
+            return "implies" if values <= w_values else ("conflicts" if not values & w_values else "independent")
+        return "conflicts" if op == "DoesNotExist" else "independent"
+    if w_op == "Exists":
+        return "implies" if op in ("In", "Gt", "Lt") else ("conflicts" if op == "DoesNotExist" else "independent")
+    if w_op == "NotIn":
+        if op == "In":
+            return "implies" if not values & w_values else ("conflicts" if values <= w_values else "independent")
+        return "implies" if op == "DoesNotExist" else "independent"
+    if w_op == "DoesNotExist":
+        return "conflicts" if op in ("In", "Exists", "Gt", "Lt") else "independent"
+    return "independent"
+
+
+def describe(expr: Expression) -> str:
+    values = expr.get("values") or []
+    suffix = f" [{', '.join(map(str, values))}]" if values else ""
+    return f"{expr.get('key')} {expr.get('operator')}{suffix}"
+
+
+def _selector_as_expression(key: str, value: Any) -> Expression:
+    return {"key": key, "operator": "In", "values": [str(value)]}
+
+
+def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
+    exprs = term.get("matchExpressions") or []
+    relations = [relation(e, wanted) for e in exprs if isinstance(e, Mapping) and e.get("key") == wanted.get("key")]
+    if "conflicts" in relations:
+        return "conflicts"
+    return "implies" if "implies" in relations else "independent"
+
+
+def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expression) -> Merge:
+    """AND ``wanted`` into the pod's required node affinity."""
+    spec = builder.get(spec_path) or {}
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), Mapping) else {}
+    key = wanted.get("key")
+    if key in selector:
+        pinned = relation(_selector_as_expression(key, selector[key]), wanted)
+        if pinned == "conflicts":
+            return Merge(conflict=f"nodeSelector pins {key}={selector[key]}, which is not {describe(wanted)}")
+        if pinned == "implies":
+            return Merge()
+    terms_path = (*spec_path, *REQUIRED)
+    terms = builder.get(terms_path)
+    if not isinstance(terms, list) or not terms:
+        builder.set(terms_path, [{"matchExpressions": [dict(wanted)]}])
+        return Merge(added=True)
+    relations = [_term_relation(t, wanted) if isinstance(t, Mapping) else "independent" for t in terms]
+    if all(r == "conflicts" for r in relations):
+        return Merge(conflict=f"every required node-affinity term contradicts {describe(wanted)}")
+    added = False
+    for index, rel in enumerate(relations):
+        # a contradicting term gets it too: left alone it would let the pod
+        # onto nodes the policy rules out; ANDed, it simply matches nothing
+        if rel != "implies":
+            builder.append((*terms_path, index, "matchExpressions"), dict(wanted))
+            added = True
+    return Merge(added=added)
+
+
+def prefer(builder: PatchBuilder, spec_path: Sequence[str | int], weight: int, expressions: Sequence[Expression]) -> bool:
+    """Add a preferred scheduling term unless an identical one is there."""
+    path = (*spec_path, *PREFERRED)
+    term = {"weight": weight, "preference": {"matchExpressions": [dict(e) for e in expressions]}}
+    current = builder.get(path)
+    if isinstance(current, list) and term in current:
+        return False
+    builder.append(path, term)
+    return True

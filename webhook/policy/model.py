@@ -1,0 +1,65 @@
+"""Building blocks shared by every policy model."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from webhook.policy import quantity
+
+#: enforce: apply (mutations) or deny (validations); warn: allow with an admission
+#: warning; audit: record only (audit reports, metrics); off: do nothing.
+Mode = Literal["enforce", "warn", "audit", "off"]
+
+
+class Model(BaseModel):
+    """Base of every policy model: unknown fields are errors; values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SelectorRequirement(Model):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector: all of matchLabels and matchExpressions must hold."""
+
+    matchLabels: dict[str, str] = {}
+    matchExpressions: list[SelectorRequirement] = []
+
+
+class RuleBase(Model):
+    mode: Mode = "enforce"
+
+
+
+
+def _valid_quantity(value: str) -> str:
+    parsed = quantity.parse_quantity(value)
+    if parsed is None or parsed < 0:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity such as 512Mi or 8Gi")
+    return value
+
+
+#: a Kubernetes quantity written as a string ("8Gi", "500m")
+Quantity = Annotated[str, AfterValidator(_valid_quantity)]
+
+
+def quantity_value(value: str) -> Decimal:
+    """The numeric value of a validated Quantity."""
+    parsed = quantity.parse_quantity(value)
+    assert parsed is not None
+    return parsed
