@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import apply_patch, assert_schema_valid, shipped_policies
+from tests.support import POLICIES, apply_patch, assert_schema_valid, shipped_policies
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.policy.view import SnapshotView
@@ -33,7 +33,11 @@ def _load_cases() -> list[Any]:
 
 def _policies(suite: dict[str, Any], case: dict[str, Any]) -> loader.PolicySet:
     text = case.get("policies", suite.get("policies", "shipped"))
-    return shipped_policies() if text == "shipped" else loader.load_text(text, "case")
+    if text == "shipped":
+        return shipped_policies()
+    # inline policies come with the shipped workload kinds and classes, as in a deployment
+    shared = [(POLICIES / name).read_text() for name in ("workload-kinds.yaml", "workload-classes.yaml")]
+    return loader.load_text("\n---\n".join([*shared, text]), "case")
 
 
 def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
@@ -61,14 +65,18 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
         assert _at(patched, path) == value, f"{path}: {_at(patched, path)!r}"
     assert_schema_valid(patched)
     if phase == "mutate" and decision.allowed:
-        again = engine.evaluate(policies, Request.for_object(patched, namespace=case.get("namespace")), view, phase)
+        second = Request.for_object(patched, operation=request.operation, namespace=case.get("namespace"))
+        again = engine.evaluate(policies, second, view, phase)
         assert again.patch == (), f"second pass patched again: {again.patch}"
 
 
 def _at(obj: Any, dotted: str) -> Any:
     node = obj
     for part in dotted.split("."):
-        node = node[int(part)] if isinstance(node, list) else node.get(part)
+        if isinstance(node, list):
+            node = node[int(part)] if int(part) < len(node) else None
+        else:
+            node = node.get(part)
         if node is None:
             return None
     return node

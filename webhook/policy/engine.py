@@ -16,7 +16,15 @@ from webhook.policy.decision import ALLOW, Decision
 from webhook.policy.loader import PolicySet
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
-from webhook.policy.rules import tolerations
+from webhook.policy.rules import (
+    gpu_visibility,
+    node_affinity,
+    priority_class,
+    runtime_class,
+    security_context,
+    shm,
+    tolerations,
+)
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds, pod_targets
 
@@ -33,6 +41,12 @@ class _Rule:
 #: Every rule family, in the order they run within a policy.
 RULES: tuple[_Rule, ...] = (
     _Rule("tolerations", tolerations.PHASES, tolerations.run),
+    _Rule("nodeAffinity", node_affinity.PHASES, node_affinity.run),
+    _Rule("runtimeClass", runtime_class.PHASES, runtime_class.run),
+    _Rule("priorityClass", priority_class.PHASES, priority_class.run),
+    _Rule("securityContext", security_context.PHASES, security_context.run),
+    _Rule("shm", shm.PHASES, shm.run),
+    _Rule("gpuVisibility", gpu_visibility.PHASES, gpu_visibility.run),
 )
 
 
@@ -48,9 +62,8 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if paths is None:
         return ALLOW
     targets = pod_targets(obj, paths)
-    any_gpu = policies.resource_matcher()
-    gpu_targets = {t for t in targets if _has_gpu(obj, t, any_gpu)}
-    if not gpu_targets and all(p.spec.match.gpuOnly for p in policies.policies):
+    gpu_targets = {t for t in targets if _has_gpu(obj, t, policies.any_gpu)}
+    if not gpu_targets and not policies.looks_beyond_gpu_pods:
         return ALLOW
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj)
@@ -117,7 +130,7 @@ def _run_policy(
             continue
         ctx = RuleContext(
             request=request, view=view, phase=phase, policy=policy, rule=rule.name, mode=cfg.mode,
-            target=target, workload_class=workload_class, is_gpu=policies.resource_matcher(policy),
+            target=target, workload_class=workload_class, is_gpu=policies.matchers[policy.metadata.name],
             ns_labels=ns_labels, builder=builder, sink=sink,
         )
         if phase == "mutate" and cfg.mode != "enforce":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import cached_property
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +37,23 @@ class PolicySet:
         extra = [r for p in self.policies for r in p.spec.gpuResources]
         return tuple(dict.fromkeys([*DEFAULT_GPU_RESOURCES, *extra]))
 
-    def resource_matcher(self, policy: schema.GPUPolicy | None = None) -> ResourceMatcher:
-        """The GPU resource matcher of one policy, or of all of them."""
-        if policy is None:
-            return ResourceMatcher.of(self.gpu_resources)
-        return ResourceMatcher.of([*DEFAULT_GPU_RESOURCES, *policy.spec.gpuResources])
+    @cached_property
+    def any_gpu(self) -> ResourceMatcher:
+        """Matches what any policy counts as a GPU (the engine's fast path)."""
+        return ResourceMatcher.of(self.gpu_resources)
+
+    @cached_property
+    def matchers(self) -> dict[str, ResourceMatcher]:
+        """Policy name → what that policy counts as a GPU."""
+        return {
+            p.metadata.name: ResourceMatcher.of([*DEFAULT_GPU_RESOURCES, *p.spec.gpuResources])
+            for p in self.policies
+        }
+
+    @cached_property
+    def looks_beyond_gpu_pods(self) -> bool:
+        """True when an active policy also applies to pods without GPUs."""
+        return any(not p.spec.match.gpuOnly and p.spec.rules.active() for p in self.policies)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from webhook.policy import mutation_settings
 from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
@@ -97,6 +98,16 @@ class Rules(Model):
     """The rules a policy runs, in this order. A rule left out does not run."""
 
     tolerations: TolerationsRule | None = None
+    nodeAffinity: mutation_settings.NodeAffinityRule | None = None
+    runtimeClass: mutation_settings.RuntimeClassRule | None = None
+    priorityClass: mutation_settings.PriorityClassRule | None = None
+    securityContext: mutation_settings.SecurityContextRule | None = None
+    shm: mutation_settings.ShmRule | None = None
+    gpuVisibility: mutation_settings.GpuVisibilityRule | None = None
+
+    def active(self) -> bool:
+        """True when any rule is present and not off."""
+        return any(getattr(self, name) is not None and getattr(self, name).mode != "off" for name in type(self).model_fields)
 
 
 class GPUPolicySpec(Model):

@@ -1,0 +1,101 @@
+"""Policy settings of the mutation rules (node affinity, runtime class, /dev/shm,
+security context, priority class, GPU visibility). docs/policies.md documents each."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from webhook.policy.model import Model, Quantity, RuleBase
+
+
+class NodeRequirement(Model):
+    """A node-selector requirement, as in a pod's nodeAffinity."""
+
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = []
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> NodeRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()):
+            raise ValueError(f"operator {self.operator} needs exactly one integer value")
+        return self
+
+
+class PreferredTerm(Model):
+    weight: int = Field(ge=1, le=100)
+    matchExpressions: list[NodeRequirement] = Field(min_length=1)
+
+
+class ResourceAffinity(Model):
+    """Extra requirements for pods that request certain GPU resources (e.g. MIG)."""
+
+    resources: list[str] = Field(min_length=1, description='resource names; "prefix*" allowed')
+    required: list[NodeRequirement] = []
+    preferred: list[PreferredTerm] = []
+
+
+class NodeAffinityRule(RuleBase):
+    """Keep GPU pods on the right nodes: required terms are ANDed into every term."""
+
+    required: list[NodeRequirement] = []
+    preferred: list[PreferredTerm] = []
+    byResource: list[ResourceAffinity] = []
+    onConflict: Literal["deny", "skip"] = Field(
+        default="deny", description="when the pod's own nodeSelector/affinity rules out every allowed node"
+    )
+
+
+class RuntimeClassRule(RuleBase):
+    """Set runtimeClassName (removing /spec/overhead when the class changes)."""
+
+    name: str = Field(default="nvidia", min_length=1)
+    override: bool = Field(default=False, description="replace a different class the user set")
+
+
+class ShmRule(RuleBase):
+    """Mount a memory-backed emptyDir at /dev/shm in GPU containers that have none."""
+
+    size: Quantity | None = Field(default=None, description="a fixed size; else memoryFraction of the limit")
+    memoryFraction: float = Field(default=0.5, gt=0, le=1)
+    maxSize: Quantity = "32Gi"
+    minSize: Quantity = "64Mi"
+    sizeWithoutMemoryLimit: Quantity = Field(default="1Gi", description="for containers with no memory limit")
+    volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
+    initContainers: bool = Field(default=False, description="also GPU init containers")
+
+
+class SecurityContextRule(RuleBase):
+    """Non-root defaults that meet PodSecurity "restricted"."""
+
+    level: Literal["default", "enforce"] = Field(
+        default="default", description="default: fill what is unset; enforce: also deny explicit violations"
+    )
+    runAsUser: int | None = Field(default=1000, ge=1)
+    runAsGroup: int | None = Field(default=1000, ge=0)
+    fsGroup: int | None = Field(default=1000, ge=0)
+    seccompProfile: Literal["RuntimeDefault", "Localhost", None] = "RuntimeDefault"
+    allowedCapabilities: list[str] = Field(default=["NET_BIND_SERVICE"], description="capabilities.add allowed in enforce")
+
+
+class PriorityClassRule(RuleBase):
+    """priorityClassName by workload class; spec.priority is dropped so it is recomputed."""
+
+    classes: dict[str, str] = Field(default={}, description="workload class → PriorityClass name")
+    default: str | None = Field(default=None, description="for pods of no listed class")
+    override: bool = Field(default=False, description="replace a class the user set")
+
+
+class GpuVisibilityRule(RuleBase):
+    """Hide the node's GPUs from containers that requested none."""
+
+    setVoid: bool = Field(default=True, description="NVIDIA_VISIBLE_DEVICES=void in non-GPU containers of GPU pods")
+    denyUnrequestedVisibleDevices: bool = Field(
+        default=False, description="report containers that set NVIDIA_VISIBLE_DEVICES without requesting a GPU"
+    )

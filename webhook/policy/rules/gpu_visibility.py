@@ -1,0 +1,38 @@
+"""GPU-access hygiene: containers that requested no GPU must not see the node's GPUs.
+
+CUDA base images set NVIDIA_VISIBLE_DEVICES=all, so a sidecar built on one
+sees every GPU of the node unless the variable is overridden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webhook.policy import gpu
+from webhook.policy.context import RuleContext
+from webhook.policy.mutation_settings import GpuVisibilityRule
+
+PHASES = ("mutate",)
+VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+HIDDEN = ("void", "none", "")
+
+
+def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
+    refs = list(gpu.containers(ctx.spec))
+    pod_has_gpu = any(gpu.gpu_names(ref.container, ctx.is_gpu) for ref in refs)
+    for ref in refs:
+        if gpu.gpu_names(ref.container, ctx.is_gpu):
+            continue
+        env = ref.container.get("env")
+        entries = [e for e in env if isinstance(e, Mapping)] if isinstance(env, list) else []
+        entry = next((e for e in entries if e.get("name") == VARIABLE), None)
+        if entry is None:
+            if cfg.setVoid and pod_has_gpu:
+                ctx.builder.append(ctx.spec_path(ref.list_name, ref.index, "env"), {"name": VARIABLE, "value": "void"})
+                ctx.changed("gpuVisibility")
+        elif cfg.denyUnrequestedVisibleDevices and (entry.get("valueFrom") or entry.get("value") not in HIDDEN):
+            ctx.report(
+                f"{ctx.where(ref, 'env')}: sets {VARIABLE} without requesting a GPU, which bypasses GPU "
+                "scheduling; request nvidia.com/gpu in resources.limits instead",
+                f"{ref.list_name}[{ref.index}].env",
+            )

@@ -1,0 +1,50 @@
+"""Node affinity: required expressions ANDed into every term, preferred terms added once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.policy import affinity, gpu
+from webhook.policy.context import RuleContext
+from webhook.policy.mutation_settings import NodeAffinityRule, NodeRequirement, PreferredTerm
+
+PHASES = ("mutate",)
+
+
+def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
+    required, preferred = _requirements(ctx, cfg)
+    for requirement in required:
+        wanted = expression(requirement)
+        merge = affinity.require(ctx.builder, ctx.target.spec_path, wanted)
+        if merge.conflict:
+            if cfg.onConflict == "deny":
+                ctx.report(
+                    f"{ctx.where()}: {merge.conflict}; the policy requires {affinity.describe(wanted)}, "
+                    "so no allowed node could run it",
+                    "spec.affinity",
+                )
+        elif merge.added:
+            ctx.changed("nodeAffinity")
+    for term in preferred:
+        if affinity.prefer(ctx.builder, ctx.target.spec_path, term.weight, [expression(e) for e in term.matchExpressions]):
+            ctx.changed("nodeAffinity")
+
+
+def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
+    required, preferred = list(cfg.required), list(cfg.preferred)
+    if cfg.byResource:
+        names = {n for ref in gpu.containers(ctx.spec) for n in gpu.gpu_names(ref.container, ctx.is_gpu)}
+        for extra in cfg.byResource:
+            wants = gpu.ResourceMatcher.of(extra.resources)
+            if any(wants(n) for n in names):
+                required.extend(extra.required)
+                preferred.extend(extra.preferred)
+    return required, preferred
+
+
+def expression(requirement: NodeRequirement) -> dict[str, Any]:
+    """The requirement as pod-spec JSON (no empty values list for Exists/DoesNotExist)."""
+    data: dict[str, Any] = {"key": requirement.key, "operator": requirement.operator}
+    if requirement.values:
+        data["values"] = list(requirement.values)
+    return data

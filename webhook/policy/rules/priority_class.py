@@ -1,0 +1,30 @@
+"""priorityClassName by workload class, with spec.priority dropped so it is recomputed."""
+
+from __future__ import annotations
+
+from webhook.policy.context import RuleContext
+from webhook.policy.mutation_settings import PriorityClassRule
+
+PHASES = ("mutate",)
+
+
+def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
+    name = cfg.classes.get(ctx.workload_class) or cfg.default
+    if not name:
+        return
+    current = ctx.spec.get("priorityClassName")
+    if current == name or (current and not cfg.override):
+        return
+    if ctx.view.availability("priorityclasses").known and ctx.view.priority_class(name) is None:
+        ctx.report(
+            f"{ctx.where()}: the policy gives {ctx.workload_class or 'these'} pods PriorityClass {name!r}, "
+            "which this cluster does not have; create it (deploy/) or change the policy",
+            "spec.priorityClassName",
+        )
+        return
+    ctx.builder.set(ctx.spec_path("priorityClassName"), name)
+    # the Priority plugin already wrote these from the old class; left in place
+    # they make its second pass reject the pod (FACTS.md §5)
+    ctx.builder.remove(ctx.spec_path("priority"))
+    ctx.builder.remove(ctx.spec_path("preemptionPolicy"))
+    ctx.changed("priorityClassName")

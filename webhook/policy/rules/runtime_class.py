@@ -1,0 +1,26 @@
+"""runtimeClassName: set when absent (or overridden), never to a class the cluster lacks."""
+
+from __future__ import annotations
+
+from webhook.policy.context import RuleContext
+from webhook.policy.mutation_settings import RuntimeClassRule
+
+PHASES = ("mutate",)
+
+
+def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
+    current = ctx.spec.get("runtimeClassName")
+    if current == cfg.name or (current and not cfg.override):
+        return
+    if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(cfg.name) is None:
+        ctx.report(
+            f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
+            "create it (deploy/runtimeclass) or change the policy",
+            "spec.runtimeClassName",
+        )
+        return
+    ctx.builder.set(ctx.spec_path("runtimeClassName"), cfg.name)
+    # the RuntimeClass plugin fills overhead from the class on its next pass and
+    # rejects a pod whose overhead differs from the class's (FACTS.md §5)
+    ctx.builder.remove(ctx.spec_path("overhead"))
+    ctx.changed("runtimeClassName")

@@ -1,0 +1,99 @@
+"""Non-root security context meeting PodSecurity "restricted" (FACTS.md §5).
+
+Level ``default`` fills only what the user left unset, and never in a way
+that breaks the pod: no runAsNonRoot where a container explicitly runs as
+root, no allowPrivilegeEscalation=false on a privileged container (the API
+rejects that pair). Level ``enforce`` also reports explicit violations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.policy import gpu
+from webhook.policy.context import RuleContext
+from webhook.policy.mutation_settings import SecurityContextRule
+
+PHASES = ("mutate",)
+
+
+def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
+    refs = list(gpu.containers(ctx.spec))
+    if cfg.level == "enforce":
+        _report_violations(ctx, cfg, refs)
+    _pod_defaults(ctx, cfg, refs)
+    for ref in refs:
+        _container_defaults(ctx, ref)
+
+
+def _sc(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = obj.get("securityContext")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
+    pod_sc = _sc(ctx.spec)
+    path = ctx.spec_path("securityContext")
+    explicit_root = pod_sc.get("runAsUser") == 0 or any(_sc(r.container).get("runAsUser") == 0 for r in refs)
+    changed = False
+    if not explicit_root and "runAsNonRoot" not in pod_sc:
+        changed |= ctx.builder.set((*path, "runAsNonRoot"), True)
+    defaults = {"runAsUser": cfg.runAsUser, "runAsGroup": cfg.runAsGroup, "fsGroup": cfg.fsGroup}
+    for field, value in defaults.items():
+        if value is not None and not (field == "runAsUser" and explicit_root):
+            changed |= ctx.builder.set_default((*path, field), value)
+    if cfg.fsGroup is not None and pod_sc.get("fsGroup") is None:
+        # avoid a recursive chown of every volume at each start
+        changed |= ctx.builder.set_default((*path, "fsGroupChangePolicy"), "OnRootMismatch")
+    every_container_has_seccomp = bool(refs) and all(_sc(r.container).get("seccompProfile") for r in refs)
+    if cfg.seccompProfile and not pod_sc.get("seccompProfile") and not every_container_has_seccomp:
+        changed |= ctx.builder.set((*path, "seccompProfile"), {"type": cfg.seccompProfile})
+    if changed:
+        ctx.changed("securityContext")
+
+
+def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef) -> None:
+    sc = _sc(ref.container)
+    if sc.get("privileged") is True:
+        return
+    path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
+    changed = ctx.builder.set_default((*path, "allowPrivilegeEscalation"), False)
+    caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), Mapping) else {}
+    drop = caps.get("drop")
+    if not isinstance(drop, list):
+        changed |= ctx.builder.set((*path, "capabilities", "drop"), ["ALL"])
+    elif "ALL" not in drop:
+        ctx.builder.append((*path, "capabilities", "drop"), "ALL")
+        changed = True
+    if changed:
+        ctx.changed("securityContext")
+
+
+def _report_violations(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
+    pod_sc = _sc(ctx.spec)
+    if pod_sc.get("runAsUser") == 0:
+        ctx.report(f"{ctx.where()}: runs as root (spec.securityContext.runAsUser: 0); use a non-zero UID", "spec.securityContext.runAsUser")
+    if pod_sc.get("runAsNonRoot") is False:
+        ctx.report(f"{ctx.where()}: sets spec.securityContext.runAsNonRoot: false; remove it", "spec.securityContext.runAsNonRoot")
+    for ref in refs:
+        for field, problem in _container_problems(_sc(ref.container), cfg):
+            ctx.report(f"{ctx.where(ref, 'securityContext.' + field)}: {problem}", f"{ref.list_name}[{ref.index}].securityContext.{field}")
+
+
+def _container_problems(sc: Mapping[str, Any], cfg: SecurityContextRule) -> list[tuple[str, str]]:
+    problems = []
+    if sc.get("privileged") is True:
+        problems.append(("privileged", "is privileged; GPU access needs only the GPU resource, not privileged: true"))
+    if sc.get("runAsUser") == 0:
+        problems.append(("runAsUser", "runs as root (runAsUser: 0); use a non-zero UID"))
+    if sc.get("runAsNonRoot") is False:
+        problems.append(("runAsNonRoot", "sets runAsNonRoot: false; remove it"))
+    if sc.get("allowPrivilegeEscalation") is True:
+        problems.append(("allowPrivilegeEscalation", "allows privilege escalation; set it to false"))
+    caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), Mapping) else {}
+    added = [c for c in caps.get("add") or [] if c not in cfg.allowedCapabilities]
+    if added:
+        allowed = ", ".join(cfg.allowedCapabilities) or "none"
+        problems.append(("capabilities.add", f"adds capabilities {', '.join(map(str, added))}; allowed: {allowed}"))
+    return problems

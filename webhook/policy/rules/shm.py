@@ -1,0 +1,82 @@
+"""/dev/shm: a memory-backed emptyDir for GPU containers (NCCL and data loaders need
+far more than the runtime's 64 MiB default).
+
+tmpfs counts against the container's memory limit, so the size comes from
+that limit (a fraction, clamped) and never exceeds it. One volume serves
+every container that needs it, sized for the smallest of their limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from webhook.policy import gpu, quantity
+from webhook.policy.context import RuleContext
+from webhook.policy.model import quantity_value
+from webhook.policy.mutation_settings import ShmRule
+
+PHASES = ("mutate",)
+MOUNT_PATH = "/dev/shm"
+MIB = Decimal(2**20)
+
+
+def run(ctx: RuleContext, cfg: ShmRule) -> None:
+    targets = [
+        ref for ref in ctx.gpu_containers()
+        if (cfg.initContainers or not ref.is_init) and not _mounts_shm(ref.container)
+    ]
+    if not targets:
+        return
+    volumes = ctx.spec.get("volumes")
+    volumes = [v for v in volumes if isinstance(v, Mapping)] if isinstance(volumes, list) else []
+    name = _volume_name(volumes, cfg.volumeName)
+    if not any(v.get("name") == name for v in volumes):
+        size = min(_size_for(ref.container, cfg) for ref in targets)
+        volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": _format(size)}}
+        ctx.builder.append(ctx.spec_path("volumes"), volume)
+    for ref in targets:
+        ctx.builder.append(ctx.spec_path(ref.list_name, ref.index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
+    ctx.changed("shm")
+
+
+def _mounts_shm(container: Mapping[str, Any]) -> bool:
+    mounts = container.get("volumeMounts")
+    if not isinstance(mounts, list):
+        return False
+    return any(isinstance(m, Mapping) and str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH for m in mounts)
+
+
+def _is_ours(volume: Mapping[str, Any]) -> bool:
+    empty_dir = volume.get("emptyDir")
+    return isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory"
+
+
+def _volume_name(volumes: list[Mapping[str, Any]], base: str) -> str:
+    """Our volume's name: reuse a memory emptyDir of that name, else the first free variant."""
+    taken = {str(v.get("name")): v for v in volumes}
+    candidate, n = base, 1
+    while candidate in taken and not _is_ours(taken[candidate]):
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> Decimal:
+    limit = quantity.parse_quantity(gpu.resource_map(container, "limits").get("memory"))
+    if cfg.size is not None:
+        wanted = quantity_value(cfg.size)
+    elif limit is None:
+        wanted = quantity_value(cfg.sizeWithoutMemoryLimit)
+    else:
+        wanted = limit * Decimal(str(cfg.memoryFraction))
+        wanted = max(wanted, quantity_value(cfg.minSize))
+        wanted = min(wanted, quantity_value(cfg.maxSize))
+    return min(wanted, limit) if limit is not None and limit > 0 else wanted
+
+
+def _format(size: Decimal) -> str:
+    """Whole MiB, rounded down (so never above the limit), at least 1Mi."""
+    mib = max(int(size / MIB), 1)
+    return quantity.format_bytes(Decimal(mib) * MIB)
