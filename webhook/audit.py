@@ -60,10 +60,9 @@ def run(args: argparse.Namespace) -> int:
     policies = loader.load_directory(args.policies)
     view = SnapshotView.from_objects(_documents_of(args.cluster_state))
     results = [
-        audit_object(policies, view, source, obj, namespace=args.namespace)
-        for source, obj in read_manifests(args.paths)
+        r for source, obj in read_manifests(args.paths)
+        if (r := audit_object(policies, view, source, obj, namespace=args.namespace)) is not None
     ]
-    results = [r for r in results if r is not None]
     sys.stdout.write(render_json(results) if args.format == "json" else render_text(results))
     return 1 if any(r.denied for r in results) else 0
 

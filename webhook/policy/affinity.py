@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, submap
 
 REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 PREFERRED = ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
@@ -60,7 +60,7 @@ def _selector_as_expression(key: str, value: Any) -> Expression:
 
 def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
     exprs = term.get("matchExpressions") or []
-    relations = [relation(e, wanted) for e in exprs if isinstance(e, Mapping) and e.get("key") == wanted.get("key")]
+    relations = [relation(e, wanted) for e in exprs if isinstance(e, dict) and e.get("key") == wanted.get("key")]
     # a term that already carries the requirement satisfies it, even if it
     # also contradicts it (then it matches no node, which is the point)
     if "implies" in relations:
@@ -70,9 +70,8 @@ def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
 
 def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expression) -> Merge:
     """AND ``wanted`` into the pod's required node affinity."""
-    spec = builder.get(spec_path) or {}
-    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), Mapping) else {}
-    key = wanted.get("key")
+    selector = submap(builder.get(spec_path), "nodeSelector")
+    key = str(wanted.get("key"))
     if key in selector:
         pinned = relation(_selector_as_expression(key, selector[key]), wanted)
         if pinned == "conflicts":
@@ -84,7 +83,7 @@ def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expre
     if not isinstance(terms, list) or not terms:
         builder.set(terms_path, [{"matchExpressions": [dict(wanted)]}])
         return Merge(added=True)
-    relations = [_term_relation(t, wanted) if isinstance(t, Mapping) else "independent" for t in terms]
+    relations = [_term_relation(t, wanted) if isinstance(t, dict) else "independent" for t in terms]
     if all(r == "conflicts" for r in relations):
         return Merge(conflict=f"every required node-affinity term contradicts {describe(wanted)}")
     added = False

@@ -3,11 +3,15 @@ security context, priority class, GPU visibility). docs/policies.md documents ea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cached_property
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from webhook.policy.model import Model, Quantity, RuleBase
+from webhook.policy.gpu import ResourceMatcher
+from webhook.policy.model import Model, Quantity, RuleBase, quantity_value
 
 
 class NodeRequirement(Model):
@@ -40,6 +44,10 @@ class ResourceAffinity(Model):
     required: list[NodeRequirement] = []
     preferred: list[PreferredTerm] = []
 
+    @cached_property
+    def matcher(self) -> ResourceMatcher:
+        return ResourceMatcher.of(self.resources)
+
 
 class NodeAffinityRule(RuleBase):
     """Keep GPU pods on the right nodes: required terms are ANDed into every term."""
@@ -69,6 +77,26 @@ class ShmRule(RuleBase):
     sizeWithoutMemoryLimit: Quantity = Field(default="1Gi", description="for containers with no memory limit")
     volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
     initContainers: bool = Field(default=False, description="also GPU init containers")
+
+    @cached_property
+    def bytes(self) -> ShmSizes:
+        """The sizes as numbers, parsed once."""
+        return ShmSizes(
+            fixed=quantity_value(self.size) if self.size is not None else None,
+            maximum=quantity_value(self.maxSize),
+            minimum=quantity_value(self.minSize),
+            without_limit=quantity_value(self.sizeWithoutMemoryLimit),
+            fraction=Decimal(str(self.memoryFraction)),
+        )
+
+
+@dataclass(frozen=True)
+class ShmSizes:
+    fixed: Decimal | None
+    maximum: Decimal
+    minimum: Decimal
+    without_limit: Decimal
+    fraction: Decimal
 
 
 class SecurityContextRule(RuleBase):
