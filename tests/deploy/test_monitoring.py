@@ -31,6 +31,10 @@ METRICS: dict[str, dict[str, set[str] | None]] = {
 HISTOGRAMS = {"gpu_admission_request_duration_seconds"}
 #: Labels Prometheus adds on scrape.
 TARGET_LABELS = {"namespace", "pod", "job", "instance", "service", "container"}
+#: Labels a query may aggregate by: ours, Prometheus's, the histogram's le,
+#: and the API server's webhook metrics' name and error_type.
+GROUPING_LABELS = set().union(*(set(v) for v in METRICS.values())) | TARGET_LABELS | {
+    "le", "name", "error_type"}
 RESOURCES = {"nodes", "namespaces", "pods", "resourcequotas", "priorityclasses", "runtimeclasses"}
 
 _SERIES = re.compile(r"\b(gpu_admission_[a-z_]+)\s*(\{[^}]*\})?")
@@ -68,8 +72,7 @@ def _check_promql(expr: str, where: str) -> int:
                 assert value in allowed, f"{where}: {metric}{{{label}={value!r}}} never exists"
     for grouping in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
         for label in (g.strip() for g in grouping.split(",") if g.strip()):
-            known = set().union(*(set(v) for v in METRICS.values())) | TARGET_LABELS | {"le", "name", "error_type"}
-            assert label in known, f"{where}: grouping by unknown label {label}"
+            assert label in GROUPING_LABELS, f"{where}: grouping by unknown label {label}"
     return found
 
 
