@@ -83,6 +83,13 @@ def pod_specs(draw: Any) -> dict[str, Any]:
 
 
 OWNERS = [None, "Job", "ReplicaSet", "PyTorchJob", "StatefulSet"]
+#: labels the owning controller puts on its pods
+OWNER_LABELS = {
+    "Job": {"batch.kubernetes.io/job-name": "o"},
+    "ReplicaSet": {"pod-template-hash": "5d9c"},
+    "PyTorchJob": {"training.kubeflow.org/job-name": "o", "training.kubeflow.org/replica-index": "0"},
+    "StatefulSet": {"statefulset.kubernetes.io/pod-name": "w-0", "controller-revision-hash": "w-6f"},
+}
 
 
 @st.composite
@@ -96,7 +103,15 @@ def workloads(draw: Any) -> dict[str, Any]:
         owner = draw(st.sampled_from(OWNERS))
         if owner:
             meta["ownerReferences"] = [{"apiVersion": "v1", "kind": owner, "name": "o", "uid": "u-1"}]
+            labels.update(OWNER_LABELS[owner])
+        if draw(st.integers(0, 4)) == 0:
+            labels["notebook-name"] = "nb"
+        if draw(st.booleans()):
+            spec["activeDeadlineSeconds"] = draw(st.sampled_from([600, 43200, 200000]))
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if draw(st.booleans()):
+        spec["affinity"] = {**spec.get("affinity", {}), "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 5, "podAffinityTerm": {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}}]}}
     template = {"metadata": {"labels": labels}, "spec": spec}
     meta = {"name": "w", "namespace": "ml"}
     if kind in ("Job", "CronJob"):

@@ -30,10 +30,12 @@ spec:
     securityContext: {level: default}
     shm: {}
     gpuVisibility: {}
+    spreadReplicas: {type: required}
+    trainingLocality: {topologyKey: example.com/fabric}
 """
 
 POLICY_SET = loader.load_text(
-    "\n---\n".join([(POLICIES / f).read_text() for f in ("workload-kinds.yaml", "workload-classes.yaml", "gpu-defaults.yaml")] + [ALL_KINDS_POLICY])
+    "\n---\n".join([(POLICIES / f).read_text() for f in ("workload-kinds.yaml", "workload-classes.yaml", "gpu-defaults.yaml", "gpu-workload-shape.yaml")] + [ALL_KINDS_POLICY])
 )
 #: pod-spec fields a rule removes (FACTS.md §5) or overrides (override: true above) on purpose
 RULE_OWNED = {"priority", "preemptionPolicy", "overhead", "runtimeClassName", "priorityClassName"}

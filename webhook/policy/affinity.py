@@ -105,3 +105,45 @@ def prefer(builder: PatchBuilder, spec_path: Sequence[str | int], weight: int, e
         return False
     builder.append(path, term)
     return True
+
+
+POD_AFFINITY = ("affinity", "podAffinity")
+POD_ANTI_AFFINITY = ("affinity", "podAntiAffinity")
+
+
+def add_pod_term(
+    builder: PatchBuilder,
+    spec_path: Sequence[str | int],
+    kind: tuple[str, str],
+    *,
+    required: bool,
+    weight: int,
+    selector: Mapping[str, str],
+    topology_key: str,
+) -> bool:
+    """Add a pod (anti-)affinity term selecting ``selector`` on ``topology_key``.
+
+    Nothing is added when a term with the same selector and topology key is
+    there already, required or preferred: the user's own choice stands.
+    """
+    base = (*spec_path, *kind)
+    term = {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": topology_key}
+    required_terms = builder.get((*base, "requiredDuringSchedulingIgnoredDuringExecution"))
+    preferred_terms = builder.get((*base, "preferredDuringSchedulingIgnoredDuringExecution"))
+    existing: list[Any] = [t for t in required_terms or [] if isinstance(t, dict)]
+    existing += [t.get("podAffinityTerm") for t in preferred_terms or [] if isinstance(t, dict)]
+    if any(_same_pod_term(t, term) for t in existing if isinstance(t, dict)):
+        return False
+    if required:
+        builder.append((*base, "requiredDuringSchedulingIgnoredDuringExecution"), term)
+    else:
+        builder.append((*base, "preferredDuringSchedulingIgnoredDuringExecution"), {"weight": weight, "podAffinityTerm": term})
+    return True
+
+
+def _same_pod_term(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    if have.get("topologyKey") != wanted.get("topologyKey"):
+        return False
+    selector = have.get("labelSelector")
+    return isinstance(selector, dict) and selector.get("matchLabels") == wanted["labelSelector"]["matchLabels"] \
+        and not selector.get("matchExpressions")

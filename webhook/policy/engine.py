@@ -19,11 +19,14 @@ from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     gpu_visibility,
     node_affinity,
+    notebook_lifetime,
     priority_class,
     runtime_class,
     security_context,
     shm,
+    spread_replicas,
     tolerations,
+    training_locality,
 )
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, pod_targets
@@ -47,6 +50,9 @@ RULES: tuple[_Rule, ...] = (
     _Rule("securityContext", security_context.PHASES, security_context.run),
     _Rule("shm", shm.PHASES, shm.run),
     _Rule("gpuVisibility", gpu_visibility.PHASES, gpu_visibility.run),
+    _Rule("spreadReplicas", spread_replicas.PHASES, spread_replicas.run),
+    _Rule("trainingLocality", training_locality.PHASES, training_locality.run),
+    _Rule("notebookLifetime", notebook_lifetime.PHASES, notebook_lifetime.run),
 )
 
 

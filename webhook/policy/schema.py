@@ -114,6 +114,9 @@ class Rules(Model):
     securityContext: mutation_settings.SecurityContextRule | None = None
     shm: mutation_settings.ShmRule | None = None
     gpuVisibility: mutation_settings.GpuVisibilityRule | None = None
+    spreadReplicas: mutation_settings.SpreadReplicasRule | None = None
+    trainingLocality: mutation_settings.TrainingLocalityRule | None = None
+    notebookLifetime: mutation_settings.NotebookLifetimeRule | None = None
 
     def active(self) -> bool:
         """True when any rule is present and not off."""
