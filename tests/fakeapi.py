@@ -737,17 +737,18 @@ class FakeApiServer:
                 self._watchers.add(watcher)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
-        await response.prepare(request)
         try:
+            await response.prepare(request)
             for event in backlog:
                 await response.write(json.dumps(event).encode() + b"\n")
-            if backlog and backlog[-1]["type"] == "ERROR":
-                await response.write_eof()
-                return response
-            if await self._pump(watcher, response, float(query.get("timeoutSeconds") or 1800)):
+            ended = bool(backlog) and backlog[-1]["type"] == "ERROR"
+            timeout = float(query.get("timeoutSeconds") or 1800)
+            if ended or await self._pump(watcher, request, response, timeout):
                 await response.write_eof()
             elif request.transport is not None:
                 request.transport.abort()
+        except ConnectionResetError:
+            pass  # the client went away: nothing to tell it
         finally:
             with self._lock:
                 self._watchers.discard(watcher)
@@ -769,15 +770,21 @@ class FakeApiServer:
                 if rv > since and rt == watcher.rt and self._visible(watcher, e["object"])]  # fmt: skip
 
     @staticmethod
-    async def _pump(watcher: _Watcher, response: web.StreamResponse, timeout: float) -> bool:
+    async def _pump(
+        watcher: _Watcher, request: web.Request, response: web.StreamResponse, timeout: float
+    ) -> bool:
         """Stream queued events until timeout; False when the connection must be aborted."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                item = await asyncio.wait_for(watcher.queue.get(), max(remaining, 0))
-            except TimeoutError:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while request.transport is not None and not request.transport.is_closing():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 return True
+            try:
+                # Wake up now and then: aiohttp does not cancel a handler whose client left.
+                item = await asyncio.wait_for(watcher.queue.get(), min(remaining, 0.05))
+            except TimeoutError:
+                continue
             if item is _DROP:
                 return False
             if item is _CLOSE:
@@ -785,6 +792,7 @@ class FakeApiServer:
             await response.write(json.dumps(item).encode() + b"\n")
             if item["type"] == "ERROR":
                 return True
+        return True
 
 
 def iter_requests(records: Iterable[RequestRecord], param: str) -> Iterator[str]:
