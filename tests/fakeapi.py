@@ -155,6 +155,7 @@ class _Watcher:
     selector: _Selector
     bookmarks: bool
     loop: asyncio.AbstractEventLoop
+    since: int = 0  # the resourceVersion the watch started from
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
     def send(self, item: Any) -> None:
@@ -393,8 +394,18 @@ class FakeApiServer:
         """Compact, and send open watches an ERROR 410 event (the watch cache fell behind)."""
         with self._lock:
             self.compact()
+            self.error_watches(410)
+
+    def error_watches(self, code: int = 500) -> None:
+        """Send open watches an ERROR event carrying a Status of ``code``; they then end."""
+        with self._lock:
             for watcher in self._watchers:
-                watcher.send({"type": "ERROR", "object": self._expired(0)})
+                if code == 410:
+                    status = status_object(410, f"too old resource version: {watcher.since} "
+                                                f"({self._compacted})", "Expired")  # fmt: skip
+                else:
+                    status = status_object(code, f"injected watch error ({code})")
+                watcher.send({"type": "ERROR", "object": status})
 
     def drop_watches(self) -> None:
         """Abort every open watch connection mid-stream."""
@@ -414,6 +425,11 @@ class FakeApiServer:
         """Answer the next ``n`` matching requests with a Status of ``status``."""
         with self._lock:
             self._failures.append(_Failure(n, status, path_contains, watch))
+
+    def clear_failures(self) -> None:
+        """Forget failures that ``fail_next`` scheduled and that did not happen yet."""
+        with self._lock:
+            self._failures.clear()
 
     def requests(
         self, *, path_contains: str | None = None, watch: bool | None = None, method: str | None = None
@@ -543,9 +559,6 @@ class FakeApiServer:
         if annotations:
             meta["annotations"] = annotations
         return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
-
-    def _expired(self, rv: int) -> Obj:
-        return status_object(410, f"too old resource version: {rv} ({self._compacted})", "Expired")
 
     # ------------------------------------------------------------ HTTP
 
@@ -732,6 +745,7 @@ class FakeApiServer:
         watcher = _Watcher(rt, namespace, selector, query.get("allowWatchBookmarks") in ("true", "1"),
                            asyncio.get_running_loop())  # fmt: skip
         with self._lock:
+            watcher.since = int(query.get("resourceVersion") or self._rv)
             backlog = self._backlog(watcher, query)
             if not backlog or backlog[-1]["type"] != "ERROR":
                 self._watchers.add(watcher)
@@ -765,7 +779,8 @@ class FakeApiServer:
             return events
         since = int(wanted)
         if since < self._compacted:
-            return [{"type": "ERROR", "object": self._expired(since)}]
+            expired = status_object(410, f"too old resource version: {since} ({self._compacted})", "Expired")
+            return [{"type": "ERROR", "object": expired}]
         return [e for rv, rt, e in self._history
                 if rv > since and rt == watcher.rt and self._visible(watcher, e["object"])]  # fmt: skip
 
