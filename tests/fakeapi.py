@@ -210,6 +210,14 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
 
 
+def _number(text: str | None) -> int:
+    """A numeric query parameter (resourceVersion, limit); 0 when absent."""
+    try:
+        return int(text or 0)
+    except ValueError as exc:
+        raise ApiError(400, f"Invalid value: {text!r}: must be an integer") from exc
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -306,7 +314,7 @@ class FakeApiServer:
 
     async def _serve(self) -> int:
         app = web.Application(middlewares=[self._middleware], client_max_size=8 * 1024 * 1024)
-        app.router.add_get("/version", self._version)
+        app.router.add_get("/version", self._server_version)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -565,6 +573,7 @@ class FakeApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         record = RequestRecord(request.method, request.path, dict(request.query), dict(request.headers))
+        request["record"] = record
         with self._lock:
             self._log.append(record)
             failure = self._take_failure(record)
@@ -586,7 +595,7 @@ class FakeApiServer:
                 return failure.code
         return None
 
-    async def _version(self, request: web.Request) -> web.Response:
+    async def _server_version(self, request: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake",
                                   "platform": "linux/amd64"})  # fmt: skip
 
@@ -642,7 +651,7 @@ class FakeApiServer:
         self, request: web.Request, rt: ResourceType, namespace: str | None, name: str
     ) -> web.Response:
         key = f"{namespace}/{name}" if rt.namespaced else name
-        body = None
+        body: Any = None
         if request.method in ("PUT", "PATCH"):
             body = await self._body(request, rt if request.method == "PUT" else None)
         with self._lock:
@@ -684,7 +693,7 @@ class FakeApiServer:
     def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
         query = request.query
         selector = _Selector.parse(query.get("labelSelector", ""), query.get("fieldSelector", ""))
-        limit = int(query.get("limit") or 0)
+        limit = _number(query.get("limit"))
         with self._lock:
             if query.get("continue"):
                 rv, start = _decode_continue(query["continue"])
@@ -708,7 +717,7 @@ class FakeApiServer:
         wanted = query.get("resourceVersion", "")
         if wanted in ("", "0"):
             return self._rv
-        number = int(wanted)
+        number = _number(wanted)
         if number > self._rv:
             raise ApiError(504, f"Too large resource version: {number}, current: {self._rv}", "Timeout")
         if query.get("resourceVersionMatch") == "Exact" and number != self._rv:
@@ -745,7 +754,7 @@ class FakeApiServer:
         watcher = _Watcher(rt, namespace, selector, query.get("allowWatchBookmarks") in ("true", "1"),
                            asyncio.get_running_loop())  # fmt: skip
         with self._lock:
-            watcher.since = int(query.get("resourceVersion") or self._rv)
+            watcher.since = _number(query.get("resourceVersion")) or self._rv
             backlog = self._backlog(watcher, query)
             if not backlog or backlog[-1]["type"] != "ERROR":
                 self._watchers.add(watcher)
@@ -753,6 +762,7 @@ class FakeApiServer:
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
+            request["record"].status = response.status  # a watch is logged once its headers are out
             for event in backlog:
                 await response.write(json.dumps(event).encode() + b"\n")
             ended = bool(backlog) and backlog[-1]["type"] == "ERROR"
@@ -777,7 +787,7 @@ class FakeApiServer:
                 events.append({"type": "BOOKMARK",
                                "object": self._bookmark(watcher.rt, {INITIAL_EVENTS_END: "true"})})  # fmt: skip
             return events
-        since = int(wanted)
+        since = _number(wanted)
         if since < self._compacted:
             expired = status_object(410, f"too old resource version: {since} ({self._compacted})", "Expired")
             return [{"type": "ERROR", "object": expired}]
