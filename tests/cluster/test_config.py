@@ -41,6 +41,7 @@ def test_explicit_kubeconfig_and_context(api: FakeApiServer, tmp_path: Path) -> 
     names = [n.metadata.name for n in client.CoreV1Api(api_client).list_namespace().items]
     assert "default" in names
     assert api.requests()[-1].headers["Authorization"] == "Bearer secret-token"
+    assert api.requests()[-1].headers["User-Agent"] == "gpu-admission"
 
 
 def test_explicit_kubeconfig_wins_over_the_service_account(api: FakeApiServer, tmp_path: Path) -> None:
