@@ -140,6 +140,10 @@ class RequestRecord:
         return self.query.get("watch", "").lower() in ("true", "1")
 
 
+# Typed request storage where aiohttp has it (3.13+), a plain key on older versions.
+_RECORD: Any = web.RequestKey("record", RequestRecord) if hasattr(web, "RequestKey") else "record"
+
+
 @dataclass
 class _Failure:
     remaining: int
@@ -369,13 +373,13 @@ class FakeApiServer:
         with self._lock:
             return self._update(rt, body, namespace, meta["name"])
 
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> Obj:
+    def delete(self, kind: str, name: str, namespace: str = "default") -> Obj:
         """Delete by kind (or plural) and name; watchers see DELETED."""
         rt = self.type_named(kind)
         with self._lock:
             return self._delete(rt, namespace if rt.namespaced else None, name)
 
-    def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+    def get(self, kind: str, name: str, namespace: str = "default") -> Obj | None:
         rt = self.type_named(kind)
         key = f"{namespace}/{name}" if rt.namespaced else name
         with self._lock:
@@ -573,7 +577,7 @@ class FakeApiServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         record = RequestRecord(request.method, request.path, dict(request.query), dict(request.headers))
-        request["record"] = record
+        request[_RECORD] = record
         with self._lock:
             self._log.append(record)
             failure = self._take_failure(record)
@@ -762,7 +766,7 @@ class FakeApiServer:
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
-            request["record"].status = response.status  # a watch is logged once its headers are out
+            request[_RECORD].status = response.status  # a watch is logged once its headers are out
             for event in backlog:
                 await response.write(json.dumps(event).encode() + b"\n")
             ended = bool(backlog) and backlog[-1]["type"] == "ERROR"

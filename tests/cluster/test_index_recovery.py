@@ -91,6 +91,21 @@ async def test_http_410_on_watch_start_relists(api: FakeApiServer, make_index: M
     assert _names(index.pods()) == {"a"}
 
 
+async def test_watches_that_keep_expiring_relist_with_backoff(api: FakeApiServer, make_index: MakeIndex) -> None:
+    backoff = RecordingBackoff(initial=0.01, cap=0.04)
+    index = await make_index(resources=["pods"], settings=dataclasses.replace(FAST, backoff=backoff))
+    assert await index.wait_synced(5)
+    await eventually(lambda: api.open_watches("Pod") == 1, what="pod watch open")
+    api.fail_next(3, status=410, path_contains="/api/v1/pods", watch=True)
+    api.drop_watches()
+    await eventually(lambda: index.state("pods").relists == 3, what="three relists")
+    # The drop waits once (attempt 0); the first 410 relists at once; the next two back off.
+    assert backoff.attempts == [0, 0, 1]
+    assert index.state("pods").watch_errors == 1
+    api.add(builders.pod("a"))
+    await eventually(lambda: _names(index.pods()) == {"a"}, what="watching again")
+
+
 async def test_expired_watch_relists_and_forgets_objects_deleted_meanwhile(
     api: FakeApiServer, make_index: MakeIndex
 ) -> None:

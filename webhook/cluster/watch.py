@@ -109,6 +109,7 @@ class ResourceWatch:
         self._rng = rng
         self._rv: str | None = None  # None: the next step is a (re)list
         self._failures = 0  # consecutive, for the backoff
+        self._expiries = 0  # 410s in a row with no event in between
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # guards _response between the thread and stop()
         self._response: Any = None
@@ -144,15 +145,23 @@ class ResourceWatch:
             except _Stopped:
                 break
             except _Expired:
-                self._rv = None  # relist at once, as client-go does
+                self._expired()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any failure
                 if self._stopping.is_set():
                     break
                 if self._rv is not None and isinstance(exc, ApiException) and exc.status == 410:
-                    self._rv = None
+                    self._expired()
                     continue
                 self._failed(exc)
                 self._stopping.wait(self._settings.backoff.delay(self._failures - 1, self._rng))
+
+    def _expired(self) -> None:
+        """Relist: at once the first time, after a backoff if watches keep expiring unused."""
+        self._rv = None
+        self._expiries += 1
+        if self._expiries > 1:
+            # A server that expires every fresh watch must not get a full list in a tight loop.
+            self._stopping.wait(self._settings.backoff.delay(self._expiries - 2, self._rng))
 
     def _failed(self, exc: Exception) -> None:
         phase = "list" if self._rv is None else "watch"
@@ -245,7 +254,7 @@ class ResourceWatch:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
             self._rv = str(rv)
-        self._failures = 0
+        self._failures = self._expiries = 0
         self._update(last_event=self._clock())
 
     @contextmanager
