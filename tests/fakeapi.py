@@ -583,7 +583,8 @@ class FakeApiServer:
             failure = self._take_failure(record)
         try:
             if failure is not None:
-                raise ApiError(failure, f"Internal error occurred: injected failure ({failure})")
+                message = "Internal error occurred: injected failure" if failure == 500 else "injected failure"
+                raise ApiError(failure, message)
             response = await handler(request)
         except ApiError as exc:
             response = web.json_response(exc.status, status=exc.status["code"])

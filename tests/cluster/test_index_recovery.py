@@ -206,3 +206,22 @@ async def test_stale_when_the_watch_fails_longer_than_the_window(
     assert index.synced()  # readiness is about the first sync; staleness is the rules' call
     api.clear_failures()
     await eventually(lambda: index.availability("nodes") == KNOWN, what="fresh again")
+
+
+async def test_a_long_quiet_watch_is_not_stale_the_moment_it_breaks(
+    api: FakeApiServer, make_index: MakeIndex
+) -> None:
+    clock = ManualClock()
+    index = await make_index(resources=["nodes"], clock=clock, settings=dataclasses.replace(FAST, stale_after=30))
+    assert await index.wait_synced(5)
+    await eventually(lambda: api.open_watches("Node") == 1, what="node watch open")
+    clock.advance(100)  # a healthy watch with nothing to say
+    api.add(builders.node("n1"))
+    await eventually(lambda: len(index.nodes()) == 1, what="an event")
+    clock.advance(100)  # quiet again
+    api.fail_next(10_000, status=500, path_contains="/api/v1/nodes", watch=True)
+    api.drop_watches()
+    await eventually(lambda: index.state("nodes").error == "watch failing (HTTP 500)", what="failing watch")
+    assert index.availability("nodes") == KNOWN  # alive until the drop: the outage has just begun
+    clock.advance(31)
+    assert index.availability("nodes") == Availability(False, "nodes stale for 31s: watch failing (HTTP 500)")

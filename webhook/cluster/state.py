@@ -17,7 +17,7 @@ class ResourceState:
     watched: bool = True
     synced: bool = False  # a first complete list has been stored
     last_event: float | None = None  # last list page, watch event or bookmark received
-    last_success: float | None = None  # last completed list or accepted/finished watch
+    last_success: float | None = None  # last sign of being current: list, watch start/event/end
     relists: int = 0  # complete lists after the first (410 Gone, failures)
     watch_errors: int = 0  # failed list or watch requests, dropped streams, ERROR events
     error: str = ""  # what fails right now, e.g. "watch failing (HTTP 500)"; "" when healthy

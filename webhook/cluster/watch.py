@@ -86,6 +86,16 @@ def describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _detail(exc: BaseException) -> str:
+    """One line for the log: the Status message of an API error, else the exception text."""
+    if isinstance(exc, ApiException):
+        try:
+            return str(json.loads(exc.body or "")["message"])
+        except (ValueError, KeyError, TypeError):
+            return str(exc.reason)
+    return str(exc)
+
+
 class ResourceWatch:
     """Keeps ``store`` equal to the server's objects of one kind, and ``state`` honest."""
 
@@ -167,7 +177,7 @@ class ResourceWatch:
         phase = "list" if self._rv is None else "watch"
         reason = describe(exc)
         if isinstance(exc, _EXPECTED + (StreamError,)):
-            log.warning("%s %s failing: %s (%s)", self.kind.resource, phase, reason, exc)
+            log.warning("%s %s failing: %s (%s)", self.kind.resource, phase, reason, _detail(exc))
         else:
             log.exception("%s %s failed unexpectedly", self.kind.resource, phase)
         self._failures += 1
@@ -228,9 +238,14 @@ class ResourceWatch:
         with self._holding(response):
             # The server accepted our resourceVersion: what we hold is current.
             self._update(error="", last_success=self._clock())
-            for line in iter_resp_lines(response):
-                if line.strip():
-                    self._apply(json.loads(line))
+            try:
+                for line in iter_resp_lines(response):
+                    if line.strip():
+                        self._apply(json.loads(line))
+            except (urllib3.exceptions.ProtocolError, StreamError):
+                # The stream was alive until it broke, just now; a read timeout proves nothing.
+                self._update(last_success=self._clock())
+                raise
         self._failures = 0
         self._update(last_success=self._clock())
 
@@ -255,7 +270,8 @@ class ResourceWatch:
         if rv:
             self._rv = str(rv)
         self._failures = self._expiries = 0
-        self._update(last_event=self._clock())
+        now = self._clock()
+        self._update(last_event=now, last_success=now)
 
     @contextmanager
     def _holding(self, response: Any) -> Iterator[None]:
