@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 Obj = dict[str, Any]
+
+
+def names(objects: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The names of some objects, to compare what a view holds."""
+    return {o["metadata"]["name"] for o in objects}
 
 
 def pod(name: str, namespace: str = "default", *, gpus: int = 1, resource: str = "nvidia.com/gpu",

@@ -11,12 +11,9 @@ from webhook.cluster import Backoff
 from webhook.policy.view import KNOWN, Availability
 
 from . import builders
+from .builders import names as _names
 from .conftest import FAST, MakeIndex
 from .polling import ManualClock, eventually
-
-
-def _names(objects: object) -> set[str]:
-    return {o["metadata"]["name"] for o in objects}  # type: ignore[attr-defined]
 
 
 def _pod_watches(api: FakeApiServer) -> list[dict[str, str]]:

@@ -9,12 +9,9 @@ from webhook.cluster import ClusterIndex
 from webhook.policy.view import KNOWN, ClusterView
 
 from . import builders
+from .builders import names as _names
 from .conftest import FAST, MakeIndex
 from .polling import eventually
-
-
-def _names(objects: object) -> set[str]:
-    return {o["metadata"]["name"] for o in objects}  # type: ignore[attr-defined]
 
 
 def test_an_unstarted_index_is_an_empty_unknown_view(api: FakeApiServer) -> None:

@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from webhook.cluster import kinds, pods
 from webhook.cluster.metrics import IndexCollector, Reading
 from webhook.cluster.state import ResourceState
-from webhook.cluster.store import CLUSTER, Object, Snapshot
+from webhook.cluster.store import CLUSTER, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
-from webhook.policy.view import RESOURCES, Availability, Resource
+from webhook.policy.view import RESOURCES, Availability, Object, Resource
 
 _POLL = 0.02  # seconds between checks in wait_synced() and stop()
 

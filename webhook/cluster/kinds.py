@@ -19,8 +19,7 @@ from kubernetes import client
 from webhook.cluster import pods
 from webhook.policy.view import Resource
 
-Object = dict[str, Any]
-Shaper = Callable[[Object], "Object | None"]
+Shaper = Callable[[pods.Raw], "pods.Raw | None"]
 
 # Node status fields that are large and that no policy reads: the image list
 # alone is often 10-50 KB per node.
@@ -65,13 +64,13 @@ def shaper(kind: Kind, is_gpu: pods.ResourcePredicate) -> Shaper:
     if kind.resource == "pods":
         return pods.gpu_pod_shaper(is_gpu)
 
-    def shape(obj: Object) -> Object | None:
+    def shape(obj: pods.Raw) -> pods.Raw | None:
         return _slim(obj, kind)
 
     return shape
 
 
-def _slim(obj: Object, kind: Kind) -> Object:
+def _slim(obj: pods.Raw, kind: Kind) -> pods.Raw:
     """Drop what no policy reads; ``obj`` is freshly parsed, so it is edited in place."""
     obj["kind"], obj["apiVersion"] = kind.kind, kind.api_version
     meta = obj.get("metadata") or {}

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import Any
 
-Object = dict[str, Any]
+#: An object as parsed from the API server's JSON: a fresh dict, ours to edit.
+Raw = dict[str, Any]
 ResourcePredicate = Callable[[str], bool]
 
 GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu"})
@@ -40,7 +41,7 @@ def requests_gpu(pod: Mapping[str, Any], is_gpu: ResourcePredicate = is_gpu_reso
     return False
 
 
-def trim_pod(pod: Mapping[str, Any]) -> Object:
+def trim_pod(pod: Mapping[str, Any]) -> Raw:
     """The fields policies read, in a new dict (sub-objects are shared, not copied)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -48,28 +49,28 @@ def trim_pod(pod: Mapping[str, Any]) -> Object:
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
     if annotations:
         trimmed_meta["annotations"] = annotations
-    trimmed_spec: Object = {k: spec[k] for k in _SPEC if k in spec}
+    trimmed_spec: Raw = {k: spec[k] for k in _SPEC if k in spec}
     trimmed_spec["containers"] = _containers(spec.get("containers") or ())
     if spec.get("initContainers"):
         trimmed_spec["initContainers"] = _containers(spec["initContainers"])
-    trimmed: Object = {"apiVersion": "v1", "kind": "Pod", "metadata": trimmed_meta, "spec": trimmed_spec}
+    trimmed: Raw = {"apiVersion": "v1", "kind": "Pod", "metadata": trimmed_meta, "spec": trimmed_spec}
     phase = (pod.get("status") or {}).get("phase")
     if phase:
         trimmed["status"] = {"phase": phase}
     return trimmed
 
 
-def _containers(containers: Iterable[Mapping[str, Any]]) -> list[Object]:
+def _containers(containers: Iterable[Mapping[str, Any]]) -> list[Raw]:
     return [
         {"name": c.get("name", ""), **({"resources": c["resources"]} if c.get("resources") else {})}
         for c in containers
     ]
 
 
-def gpu_pod_shaper(is_gpu: ResourcePredicate) -> Callable[[Object], Object | None]:
+def gpu_pod_shaper(is_gpu: ResourcePredicate) -> Callable[[Raw], Raw | None]:
     """Trim GPU pods; drop (None) every other pod."""
 
-    def shape(pod: Object) -> Object | None:
+    def shape(pod: Raw) -> Raw | None:
         return trim_pod(pod) if requests_gpu(pod, is_gpu) else None
 
     return shape

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-Object = Mapping[str, Any]
+from webhook.policy.view import Object
+
 CLUSTER = ""  # the bucket of cluster-scoped objects
 
 

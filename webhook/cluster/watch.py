@@ -31,7 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from webhook.cluster.backoff import Backoff
-from webhook.cluster.kinds import Kind, Object, Shaper
+from webhook.cluster.kinds import Kind, Shaper
+from webhook.cluster.pods import Raw
 from webhook.cluster.state import ResourceState
 from webhook.cluster.store import Store, key_of
 
@@ -188,7 +189,7 @@ class ResourceWatch:
         self.state = dataclasses.replace(self.state, **changes)
 
     def _relist(self) -> None:
-        objects: list[Object] = []
+        objects: list[Raw] = []
         token: str | None = None
         while True:
             page = self._list_page(token)
