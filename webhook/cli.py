@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import __version__, certs
+from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    except GpuAdmissionError as exc:
+    except (GpuAdmissionError, ClusterConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FOUND
     except KeyboardInterrupt:
