@@ -37,14 +37,16 @@ class RuleContext:
     sink: Findings
     classes: Sequence[schema.GPUWorkloadClass] = ()
     slots: gpu.Slots = field(default_factory=dict)
-    _workload_class: str | None = None
+    #: workload class per pod spec, shared by every policy of one evaluation
+    class_memo: dict[PodTarget, str] = field(default_factory=dict)
 
     @property
     def workload_class(self) -> str:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
-        if self._workload_class is None:
+        known = self.class_memo.get(self.target)
+        if known is None:
             meta = self.meta
-            self._workload_class = match.classify(
+            known = self.class_memo[self.target] = match.classify(
                 self.classes,
                 pod_meta=meta,
                 owner_kinds=owner_kinds(meta),
@@ -52,7 +54,7 @@ class RuleContext:
                 namespace=self.request.namespace,
                 ns_labels=self.ns_labels,
             )
-        return self._workload_class
+        return known
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -74,6 +74,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj)
     sink = Findings()
+    class_memo: dict[PodTarget, str] = {}
     for policy in policies.active_policies:
         if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
@@ -87,7 +88,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
             ctx = RuleContext(
                 request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
                 target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
-                classes=policies.classes,
+                classes=policies.classes, class_memo=class_memo,
                 slots=slots[target] if is_gpu == policies.any_gpu else gpu.narrow(slots[target], is_gpu),
             )
             if match.class_applies(policy, ctx):
