@@ -78,7 +78,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     for policy in policies.active_policies:
         if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
-        rules = [(rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)]
+        rules = _plan(policies, policy, phase)
         if not rules:
             continue
         for target in targets:
@@ -96,6 +96,17 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if phase == "mutate":
         _record_provenance(builder, sink)
     return _decide(builder, sink)
+
+
+def _plan(policies: PolicySet, policy: schema.GPUPolicy, phase: Phase) -> list[tuple[_Rule, Any]]:
+    """The rules of ``policy`` that run in ``phase``, with their settings (worked out once)."""
+    key = (policy.metadata.name, phase)
+    plan = policies.memo.get(key)
+    if plan is None:
+        plan = policies.memo[key] = [
+            (rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)
+        ]
+    return plan
 
 
 def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:

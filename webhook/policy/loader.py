@@ -30,6 +30,8 @@ class PolicySet:
     classes: tuple[schema.GPUWorkloadClass, ...] = ()
     kinds: dict[tuple[str, str], KindPaths] = field(default_factory=lambda: kind_index(BUILTIN_KINDS))
     fingerprint: str = ""
+    #: what the engine works out once per policy set (its rule plans); not part of equality
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

@@ -100,13 +100,14 @@ def _class_entry_matches(
     namespace: str,
     ns_labels: Mapping[str, str],
 ) -> bool:
-    if m.labels is not None and not selector_matches(m.labels, labels):
-        return False
-    if any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
-        return False
+    # cheapest first: most entries are decided by the kinds
     if m.ownerKinds and not owner_kinds.intersection(m.ownerKinds):
         return False
     if m.workloadKinds and workload_kind not in m.workloadKinds:
+        return False
+    if m.labels is not None and not selector_matches(m.labels, labels):
+        return False
+    if m.annotations and any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
         return False
     return name_matches(m.namespaces, namespace) and selector_matches(m.namespaceSelector, ns_labels)
 
