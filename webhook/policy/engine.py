@@ -17,9 +17,12 @@ from webhook.policy.loader import PolicySet
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
+    cuda_driver,
     gpu_visibility,
     node_affinity,
     priority_class,
+    quota,
+    resource_shape,
     runtime_class,
     security_context,
     shm,
@@ -47,6 +50,11 @@ RULES: tuple[_Rule, ...] = (
     _Rule("securityContext", security_context.PHASES, security_context.run),
     _Rule("shm", shm.PHASES, shm.run),
     _Rule("gpuVisibility", gpu_visibility.PHASES, gpu_visibility.run),
+    # validations (issue #5); cudaDriver last: its steering sees the pod as
+    # the other mutations left it
+    _Rule("resourceShape", resource_shape.PHASES, resource_shape.run),
+    _Rule("quota", quota.PHASES, quota.run),
+    _Rule("cudaDriver", cuda_driver.PHASES, cuda_driver.run),
 )
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from webhook.policy import mutation_settings
+from webhook.policy import mutation_settings, validation_settings
 from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
@@ -98,6 +98,9 @@ class Rules(Model):
     """The rules a policy runs, in this order. A rule left out does not run."""
 
     tolerations: TolerationsRule | None = None
+    resourceShape: validation_settings.ResourceShapeRule | None = None
+    quota: validation_settings.QuotaRule | None = None
+    cudaDriver: validation_settings.CudaDriverRule | None = None
     nodeAffinity: mutation_settings.NodeAffinityRule | None = None
     runtimeClass: mutation_settings.RuntimeClassRule | None = None
     priorityClass: mutation_settings.PriorityClassRule | None = None
