@@ -26,6 +26,7 @@ serve: $(STAMP) certs/tls.crt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	$(BIN)/python -m mypy
 
 lint: $(STAMP)
 	$(BIN)/python -m mypy

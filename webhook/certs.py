@@ -90,6 +90,7 @@ def generate_serving(
     except ValueError as exc:
         raise CertificateError(f"not an IP address: {exc}") from exc
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans.extend(addresses)
     start = (now or dt.datetime.now(dt.timezone.utc)) - dt.timedelta(minutes=5)
     cert = (
         x509.CertificateBuilder()
@@ -99,7 +100,7 @@ def generate_serving(
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
         .not_valid_after(min(start + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
-        .add_extension(x509.SubjectAlternativeName(sans + addresses), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),

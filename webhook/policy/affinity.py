@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, submap
 
 REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 PREFERRED = ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
@@ -60,7 +60,7 @@ def _selector_as_expression(key: str, value: Any) -> Expression:
 
 def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
     exprs = term.get("matchExpressions") or []
-    relations = [relation(e, wanted) for e in exprs if isinstance(e, Mapping) and e.get("key") == wanted.get("key")]
+    relations = [relation(e, wanted) for e in exprs if isinstance(e, dict) and e.get("key") == wanted.get("key")]
     # a term that already carries the requirement satisfies it, even if it
     # also contradicts it (then it matches no node, which is the point)
     if "implies" in relations:
@@ -70,9 +70,8 @@ def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
 
 def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expression) -> Merge:
     """AND ``wanted`` into the pod's required node affinity."""
-    spec = builder.get(spec_path) or {}
-    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), Mapping) else {}
-    key = wanted.get("key")
+    selector = submap(builder.get(spec_path), "nodeSelector")
+    key = str(wanted.get("key"))
     if key in selector:
         pinned = relation(_selector_as_expression(key, selector[key]), wanted)
         if pinned == "conflicts":
@@ -84,7 +83,7 @@ def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expre
     if not isinstance(terms, list) or not terms:
         builder.set(terms_path, [{"matchExpressions": [dict(wanted)]}])
         return Merge(added=True)
-    relations = [_term_relation(t, wanted) if isinstance(t, Mapping) else "independent" for t in terms]
+    relations = [_term_relation(t, wanted) if isinstance(t, dict) else "independent" for t in terms]
     if all(r == "conflicts" for r in relations):
         return Merge(conflict=f"every required node-affinity term contradicts {describe(wanted)}")
     added = False
@@ -106,3 +105,45 @@ def prefer(builder: PatchBuilder, spec_path: Sequence[str | int], weight: int, e
         return False
     builder.append(path, term)
     return True
+
+
+POD_AFFINITY = ("affinity", "podAffinity")
+POD_ANTI_AFFINITY = ("affinity", "podAntiAffinity")
+
+
+def add_pod_term(
+    builder: PatchBuilder,
+    spec_path: Sequence[str | int],
+    kind: tuple[str, str],
+    *,
+    required: bool,
+    weight: int,
+    selector: Mapping[str, str],
+    topology_key: str,
+) -> bool:
+    """Add a pod (anti-)affinity term selecting ``selector`` on ``topology_key``.
+
+    Nothing is added when a term with the same selector and topology key is
+    there already, required or preferred: the user's own choice stands.
+    """
+    base = (*spec_path, *kind)
+    term = {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": topology_key}
+    required_terms = builder.get((*base, "requiredDuringSchedulingIgnoredDuringExecution"))
+    preferred_terms = builder.get((*base, "preferredDuringSchedulingIgnoredDuringExecution"))
+    existing: list[Any] = [t for t in required_terms or [] if isinstance(t, dict)]
+    existing += [t.get("podAffinityTerm") for t in preferred_terms or [] if isinstance(t, dict)]
+    if any(_same_pod_term(t, term) for t in existing if isinstance(t, dict)):
+        return False
+    if required:
+        builder.append((*base, "requiredDuringSchedulingIgnoredDuringExecution"), term)
+    else:
+        builder.append((*base, "preferredDuringSchedulingIgnoredDuringExecution"), {"weight": weight, "podAffinityTerm": term})
+    return True
+
+
+def _same_pod_term(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    if have.get("topologyKey") != wanted.get("topologyKey"):
+        return False
+    selector = have.get("labelSelector")
+    return isinstance(selector, dict) and selector.get("matchLabels") == wanted["labelSelector"]["matchLabels"] \
+        and not selector.get("matchExpressions")

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy import gpu, schema
+from webhook.policy import gpu, match, schema
 from webhook.policy.decision import Change, Finding
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import PodTarget
+from webhook.policy.workload import PodTarget, owner_kinds
 
 
 @dataclass
@@ -31,17 +31,34 @@ class RuleContext:
     rule: str
     mode: schema.Mode
     target: PodTarget
-    workload_class: str
     is_gpu: gpu.ResourceMatcher
     ns_labels: Mapping[str, str]
     builder: PatchBuilder
     sink: Findings
+    classes: Sequence[schema.GPUWorkloadClass] = ()
+    slots: gpu.Slots = field(default_factory=dict)
+    _workload_class: str | None = None
+
+    @property
+    def workload_class(self) -> str:
+        """The pod spec's workload class ("" when none matches), worked out on first use."""
+        if self._workload_class is None:
+            meta = self.meta
+            self._workload_class = match.classify(
+                self.classes,
+                pod_meta=meta,
+                owner_kinds=owner_kinds(meta),
+                workload_kind=self.request.kind,
+                namespace=self.request.namespace,
+                ns_labels=self.ns_labels,
+            )
+        return self._workload_class
 
     @property
     def spec(self) -> Mapping[str, Any]:
         """The pod spec as earlier rules left it."""
         value = self.builder.get(self.target.spec_path)
-        return value if isinstance(value, Mapping) else {}
+        return value if isinstance(value, dict) else {}
 
     @property
     def meta(self) -> Mapping[str, Any]:
@@ -49,14 +66,22 @@ class RuleContext:
         if self.target.meta_path is None:
             return {}
         value = self.builder.get(self.target.meta_path)
-        return value if isinstance(value, Mapping) else {}
+        return value if isinstance(value, dict) else {}
 
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
         return (*self.target.spec_path, *rest)
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:
-        """Containers of this pod spec that mention a GPU resource."""
-        return [ref for ref in gpu.containers(self.spec) if gpu.gpu_names(ref.container, self.is_gpu)]
+        """Containers of this pod spec that mention a GPU resource (as they are now)."""
+        return [ref for ref in gpu.containers(self.spec) if (ref.list_name, ref.index) in self.slots]
+
+    def gpu_names(self, ref: gpu.ContainerRef) -> frozenset[str]:
+        """GPU resource names a container mentions (empty for non-GPU containers)."""
+        return self.slots.get((ref.list_name, ref.index), frozenset())
+
+    def pod_gpu_names(self) -> frozenset[str]:
+        """Every GPU resource name the pod spec mentions."""
+        return frozenset().union(*self.slots.values())
 
     def where(self, ref: gpu.ContainerRef | None = None, field_path: str = "") -> str:
         """A human location: "Pod ml/x container "c" (resources.limits)"."""

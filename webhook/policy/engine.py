@@ -7,7 +7,7 @@ this same function, so they cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.policy import gpu, match, schema
@@ -20,16 +20,19 @@ from webhook.policy.rules import (
     cuda_driver,
     gpu_visibility,
     node_affinity,
+    notebook_lifetime,
     priority_class,
     quota,
     resource_shape,
     runtime_class,
     security_context,
     shm,
+    spread_replicas,
     tolerations,
+    training_locality,
 )
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import PodTarget, owner_kinds, pod_targets
+from webhook.policy.workload import PodTarget, pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
@@ -50,6 +53,9 @@ RULES: tuple[_Rule, ...] = (
     _Rule("securityContext", security_context.PHASES, security_context.run),
     _Rule("shm", shm.PHASES, shm.run),
     _Rule("gpuVisibility", gpu_visibility.PHASES, gpu_visibility.run),
+    _Rule("spreadReplicas", spread_replicas.PHASES, spread_replicas.run),
+    _Rule("trainingLocality", training_locality.PHASES, training_locality.run),
+    _Rule("notebookLifetime", notebook_lifetime.PHASES, notebook_lifetime.run),
     # validations (issue #5); cudaDriver last: its steering sees the pod as
     # the other mutations left it
     _Rule("resourceShape", resource_shape.PHASES, resource_shape.run),
@@ -61,7 +67,7 @@ RULES: tuple[_Rule, ...] = (
 def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> Decision:
     """Run every matching policy's rules of ``phase`` over the request's pod specs."""
     obj = request.object
-    if request.operation not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping) or request.sub_resource:
+    if request.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
         return ALLOW
     if request.kind == "Pod" and request.operation == "UPDATE":
         # a running pod's spec is immutable: nothing to patch, nothing newly wrong
@@ -70,20 +76,37 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if paths is None:
         return ALLOW
     targets = pod_targets(obj, paths)
-    gpu_targets = {t for t in targets if _has_gpu(obj, t, policies.any_gpu)}
-    if not gpu_targets and not policies.looks_beyond_gpu_pods:
+    slots = {t: gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets}
+    if not any(slots.values()) and not policies.looks_beyond_gpu_pods:
         return ALLOW
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj)
     sink = Findings()
-    for policy in policies.policies:
-        if match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
-            for target in targets:
-                if target in gpu_targets or not policy.spec.match.gpuOnly:
-                    _run_policy(policies, policy, request, view, phase, target, ns_labels, builder, sink)
+    for policy in policies.active_policies:
+        if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
+            continue
+        rules = [(rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)]
+        if not rules:
+            continue
+        for target in targets:
+            if not slots[target] and policy.spec.match.gpuOnly:
+                continue
+            is_gpu = policies.matchers[policy.metadata.name]
+            ctx = RuleContext(
+                request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
+                target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
+                classes=policies.classes,
+                slots=slots[target] if is_gpu == policies.any_gpu else gpu.narrow(slots[target], is_gpu),
+            )
+            if match.class_applies(policy, ctx):
+                _run_rules(ctx, rules)
     if phase == "mutate":
         _record_provenance(builder, sink)
     return _decide(builder, sink)
+
+
+def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
+    return cfg is not None and cfg.mode != "off" and phase in rule.phases
 
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
@@ -98,51 +121,18 @@ def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
     return labels
 
 
-def _has_gpu(obj: Mapping[str, Any], target: PodTarget, is_gpu: gpu.ResourceMatcher) -> bool:
-    spec = _get(obj, target.spec_path)
-    return any(gpu.gpu_names(ref.container, is_gpu) for ref in gpu.containers(spec))
-
-
 def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, Any]:
     node: Any = obj
     for key in path:
         node = node[key]
-    return node if isinstance(node, Mapping) else {}
+    return node if isinstance(node, dict) else {}
 
 
-def _run_policy(
-    policies: PolicySet,
-    policy: schema.GPUPolicy,
-    request: Request,
-    view: ClusterView,
-    phase: Phase,
-    target: PodTarget,
-    ns_labels: Mapping[str, str],
-    builder: PatchBuilder,
-    sink: Findings,
-) -> None:
-    meta = builder.get(target.meta_path) if target.meta_path is not None else None
-    workload_class = match.classify(
-        policies.classes,
-        pod_meta=meta if isinstance(meta, Mapping) else {},
-        owner_kinds=owner_kinds(meta) if isinstance(meta, Mapping) else set(),
-        workload_kind=request.kind,
-        namespace=request.namespace,
-        ns_labels=ns_labels,
-    )
-    if not match.class_applies(policy, workload_class):
-        return
-    for rule in RULES:
-        cfg = getattr(policy.spec.rules, rule.name)
-        if cfg is None or cfg.mode == "off" or phase not in rule.phases:
-            continue
-        ctx = RuleContext(
-            request=request, view=view, phase=phase, policy=policy, rule=rule.name, mode=cfg.mode,
-            target=target, workload_class=workload_class, is_gpu=policies.matchers[policy.metadata.name],
-            ns_labels=ns_labels, builder=builder, sink=sink,
-        )
-        if phase == "mutate" and cfg.mode != "enforce":
-            _dry_run(ctx, rule, cfg)
+def _run_rules(ctx: RuleContext, rules: list[tuple[_Rule, Any]]) -> None:
+    for rule, cfg in rules:
+        ctx.rule, ctx.mode = rule.name, cfg.mode
+        if ctx.phase == "mutate" and cfg.mode != "enforce":
+            _dry_run(replace(ctx), rule, cfg)
         else:
             rule.run(ctx, cfg)
 

@@ -65,17 +65,17 @@ def containers(spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
         items = spec.get(list_name)
         if isinstance(items, list):
             for index, container in enumerate(items):
-                if isinstance(container, Mapping):
+                if isinstance(container, dict):
                     yield ContainerRef(list_name, index, container)
 
 
 def resource_map(container: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     """``resources.limits`` or ``resources.requests`` of a container, {} when absent."""
     resources = container.get("resources")
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, dict):
         return {}
     values = resources.get(field)
-    return values if isinstance(values, Mapping) else {}
+    return values if isinstance(values, dict) else {}
 
 
 def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]:
@@ -83,6 +83,27 @@ def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]
     names = {n for n in resource_map(container, "limits") if is_gpu(n)}
     names.update(n for n in resource_map(container, "requests") if is_gpu(n))
     return names
+
+
+#: (container list, index) → GPU resource names of that container, for the
+#: containers that mention any. Rules never change resources, so one
+#: evaluation works this out once per pod spec.
+Slots = dict[tuple[str, int], frozenset[str]]
+
+
+def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
+    slots: Slots = {}
+    for ref in containers(spec):
+        names = gpu_names(ref.container, is_gpu)
+        if names:
+            slots[(ref.list_name, ref.index)] = frozenset(names)
+    return slots
+
+
+def narrow(slots: Slots, is_gpu: ResourceMatcher) -> Slots:
+    """The slots as a stricter matcher sees them."""
+    narrowed = {pos: frozenset(n for n in names if is_gpu(n)) for pos, names in slots.items()}
+    return {pos: names for pos, names in narrowed.items() if names}
 
 
 def gpu_count(container: Mapping[str, Any], name: str) -> Decimal:

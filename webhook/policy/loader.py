@@ -51,6 +51,11 @@ class PolicySet:
         }
 
     @cached_property
+    def active_policies(self) -> tuple[schema.GPUPolicy, ...]:
+        """Policies with at least one rule that is not off, in order."""
+        return tuple(p for p in self.policies if p.spec.rules.active())
+
+    @cached_property
     def looks_beyond_gpu_pods(self) -> bool:
         """True when an active policy also applies to pods without GPUs."""
         return any(not p.spec.match.gpuOnly and p.spec.rules.active() for p in self.policies)

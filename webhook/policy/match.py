@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.policy import schema
 
@@ -59,12 +59,17 @@ def policy_applies(
     return True
 
 
-def class_applies(policy: schema.GPUPolicy, workload_class: str) -> bool:
-    """Pod-level match on the workload class."""
+class _Classified(Protocol):
+    @property
+    def workload_class(self) -> str: ...
+
+
+def class_applies(policy: schema.GPUPolicy, pod: _Classified) -> bool:
+    """Pod-level match on the workload class (asked only when the policy names classes)."""
     match, exclude = policy.spec.match, policy.spec.exclude
-    if match.workloadClasses and workload_class not in match.workloadClasses:
+    if match.workloadClasses and pod.workload_class not in match.workloadClasses:
         return False
-    return not (exclude is not None and workload_class in exclude.workloadClasses)
+    return not (exclude is not None and exclude.workloadClasses and pod.workload_class in exclude.workloadClasses)
 
 
 def classify(
@@ -107,4 +112,4 @@ def _class_entry_matches(
 
 
 def _str_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

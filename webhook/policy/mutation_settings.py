@@ -3,11 +3,15 @@ security context, priority class, GPU visibility). docs/policies.md documents ea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cached_property
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from webhook.policy.model import Model, Quantity, RuleBase
+from webhook.policy.gpu import ResourceMatcher
+from webhook.policy.model import Model, Quantity, RuleBase, quantity_value
 
 
 class NodeRequirement(Model):
@@ -40,6 +44,10 @@ class ResourceAffinity(Model):
     required: list[NodeRequirement] = []
     preferred: list[PreferredTerm] = []
 
+    @cached_property
+    def matcher(self) -> ResourceMatcher:
+        return ResourceMatcher.of(self.resources)
+
 
 class NodeAffinityRule(RuleBase):
     """Keep GPU pods on the right nodes: required terms are ANDed into every term."""
@@ -70,6 +78,26 @@ class ShmRule(RuleBase):
     volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
     initContainers: bool = Field(default=False, description="also GPU init containers")
 
+    @cached_property
+    def bytes(self) -> ShmSizes:
+        """The sizes as numbers, parsed once."""
+        return ShmSizes(
+            fixed=quantity_value(self.size) if self.size is not None else None,
+            maximum=quantity_value(self.maxSize),
+            minimum=quantity_value(self.minSize),
+            without_limit=quantity_value(self.sizeWithoutMemoryLimit),
+            fraction=Decimal(str(self.memoryFraction)),
+        )
+
+
+@dataclass(frozen=True)
+class ShmSizes:
+    fixed: Decimal | None
+    maximum: Decimal
+    minimum: Decimal
+    without_limit: Decimal
+    fraction: Decimal
+
 
 class SecurityContextRule(RuleBase):
     """Non-root defaults that meet PodSecurity "restricted"."""
@@ -99,3 +127,61 @@ class GpuVisibilityRule(RuleBase):
     denyUnrequestedVisibleDevices: bool = Field(
         default=False, description="report containers that set NVIDIA_VISIBLE_DEVICES without requesting a GPU"
     )
+
+
+#: labels that differ between the replicas or revisions of one workload; a
+#: selector built from them would select one pod, or one revision only
+PER_REPLICA_LABELS = [
+    "pod-template-hash",
+    "controller-revision-hash",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/job-completion-index",
+    "job-completion-index",
+]
+
+
+class SpreadReplicasRule(RuleBase):
+    """Anti-affinity between the replicas of one workload, so one node failure cannot take them all."""
+
+    type: Literal["preferred", "required"] = "preferred"
+    topologyKey: str = Field(default="kubernetes.io/hostname", min_length=1)
+    weight: int = Field(default=100, ge=1, le=100)
+    ignoreLabels: list[str] = Field(default=PER_REPLICA_LABELS, description="pod labels never used in the selector")
+
+
+class JobIdentity(Model):
+    """The label a training operator puts on every pod of one job, and the kinds that use it."""
+
+    label: str = Field(min_length=1)
+    kinds: list[str] = Field(min_length=1, description="kinds whose templates get name-of-the-object as value")
+
+
+class TrainingLocalityRule(RuleBase):
+    """Affinity between the pods of one distributed training job, on one topology domain."""
+
+    type: Literal["preferred", "required"] = "preferred"
+    topologyKey: str = Field(min_length=1, description="e.g. topology.kubernetes.io/zone or a rack/fabric label")
+    weight: int = Field(default=100, ge=1, le=100)
+    jobIdentities: list[JobIdentity] = Field(
+        default=[
+            JobIdentity(label="training.kubeflow.org/job-name",
+                        kinds=["PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "MXJob"]),
+            JobIdentity(label="jobset.sigs.k8s.io/jobset-name", kinds=["JobSet"]),
+            JobIdentity(label="batch.kubernetes.io/job-name", kinds=["Job"]),
+        ],
+        min_length=1,
+    )
+
+
+class NotebookLifetimeRule(RuleBase):
+    """activeDeadlineSeconds for notebooks, so idle ones do not hold GPUs forever."""
+
+    activeDeadlineSeconds: int = Field(default=43200, ge=60, description="set when the pod has none")
+    maxActiveDeadlineSeconds: int | None = Field(default=86400, ge=60, description="longer ones are reported")
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> NotebookLifetimeRule:
+        if self.maxActiveDeadlineSeconds is not None and self.activeDeadlineSeconds > self.maxActiveDeadlineSeconds:
+            raise ValueError("activeDeadlineSeconds must not exceed maxActiveDeadlineSeconds")
+        return self

@@ -19,22 +19,30 @@ _MISSING = object()
 
 def pointer(path: Path) -> str:
     """RFC 6901 JSON pointer of a path (``~`` → ``~0``, ``/`` → ``~1``)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    parts = [str(p) for p in path]
+    text = "/" + "/".join(parts)
+    if "~" not in text and text.count("/") == len(parts):
+        return text
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def lookup(doc: Any, path: Path, default: Any = None) -> Any:
     """The value at ``path`` in plain JSON data, or ``default``."""
     node = doc
-    for key in path:
-        if isinstance(node, dict) and isinstance(key, str):
-            if key not in node:
+    try:
+        for key in path:
+            if isinstance(node, str):  # a string is not a list of characters here
                 return default
             node = node[key]
-        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-            node = node[key]
-        else:
-            return default
+    except (KeyError, IndexError, TypeError):
+        return default
     return node
+
+
+def submap(obj: Any, key: str) -> dict[str, Any]:
+    """The map under ``key`` of a map, {} when it is absent or not a map."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 class PatchBuilder:
@@ -53,29 +61,44 @@ class PatchBuilder:
 
     def set(self, path: Path, value: Any) -> bool:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
-        current = lookup(self.doc, path, _MISSING)
-        if current is not _MISSING:
-            if current == value:
-                return False
-            self._write(path, value, "replace")
-            return True
-        # add the whole missing subtree at its first missing (or null) ancestor
-        for depth in range(1, len(path)):
-            ancestor = lookup(self.doc, path[:depth], _MISSING)
-            if ancestor is _MISSING or ancestor is None:
+        node = self.doc
+        last = len(path) - 1
+        for depth, key in enumerate(path):
+            child = _child(node, key)
+            if child is _MISSING or child is None:
+                # add the whole missing subtree at its first missing (or null) ancestor
                 nested: Any = value
-                for key in reversed(path[depth:]):
-                    nested = {key: nested}
-                self._write(path[:depth], nested, "add" if ancestor is _MISSING else "replace")
+                for inner in reversed(path[depth + 1 :]):
+                    nested = {inner: nested}
+                self._write(path[: depth + 1], nested, "add" if child is _MISSING else "replace")
                 return True
-        self._write(path, value, "add")
-        return True
+            if depth == last:
+                if child == value:
+                    return False
+                self._write(path, value, "replace")
+                return True
+            node = child
+        raise ValueError("set needs a non-empty path")
 
     def set_default(self, path: Path, value: Any) -> bool:
         """Set ``path`` only when it is absent (or null)."""
         if lookup(self.doc, path) is not None:
             return False
         return self.set(path, value)
+
+    def fill(self, path: Path, defaults: dict[str, Any]) -> bool:
+        """Set every key of ``defaults`` that is absent (or null) in the map at ``path``.
+
+        When the map is missing or empty it is written whole, as one operation.
+        """
+        current = lookup(self.doc, path)
+        if not isinstance(current, dict) or not current:
+            return self.set(path, dict(defaults)) if defaults else False
+        changed = False
+        for key, value in defaults.items():
+            if current.get(key) is None:
+                changed |= self.set([*path, key], value)
+        return changed
 
     def append(self, list_path: Path, item: Any) -> None:
         """Append to the list at ``list_path``; create the list when it is missing."""
@@ -119,6 +142,15 @@ class PatchBuilder:
                 self._owned[id(child)] = child
             node = child
         return node
+
+
+def _child(node: Any, key: str | int) -> Any:
+    kind = type(node)
+    if kind is dict:
+        return node.get(key, _MISSING) if type(key) is str else _MISSING
+    if kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
+        return node[key]
+    return _MISSING
 
 
 def _shallow(node: Any) -> Any:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from webhook.policy.patch import submap
+
 Phase = Literal["mutate", "validate"]
 
 
@@ -27,7 +29,7 @@ class Request:
         """A CREATE request for a manifest (the audit CLI and tests)."""
         api_version = str(obj.get("apiVersion", "v1"))
         group, _, version = api_version.rpartition("/")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        meta = submap(obj, "metadata")
         return cls(
             operation=operation,
             group=group,
@@ -43,7 +45,7 @@ class Request:
         if self.name:
             return self.name
         meta = (self.object or {}).get("metadata") or {}
-        generate = meta.get("generateName") if isinstance(meta, Mapping) else None
+        generate = meta.get("generateName") if isinstance(meta, dict) else None
         return f"{generate}*" if generate else "(unnamed)"
 
     @property

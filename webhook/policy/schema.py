@@ -14,6 +14,7 @@ time, never a silently ignored setting. docs/policies.md documents each field.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -85,6 +86,10 @@ class Toleration(Model):
         return self.model_dump(exclude_none=True)
 
 
+def _toleration_dicts(tolerations: list[Toleration]) -> tuple[dict[str, object], ...]:
+    return tuple(t.as_dict() for t in tolerations)
+
+
 class TolerationsRule(RuleBase):
     """Add the GPU-node taint tolerations a GPU pod needs (never a duplicate)."""
 
@@ -92,6 +97,11 @@ class TolerationsRule(RuleBase):
         default=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
         min_length=1,
     )
+
+    @cached_property
+    def wanted(self) -> tuple[dict[str, object], ...]:
+        """The tolerations as pod-spec JSON (built once, at load)."""
+        return _toleration_dicts(self.tolerations)
 
 
 class Rules(Model):
@@ -107,6 +117,9 @@ class Rules(Model):
     securityContext: mutation_settings.SecurityContextRule | None = None
     shm: mutation_settings.ShmRule | None = None
     gpuVisibility: mutation_settings.GpuVisibilityRule | None = None
+    spreadReplicas: mutation_settings.SpreadReplicasRule | None = None
+    trainingLocality: mutation_settings.TrainingLocalityRule | None = None
+    notebookLifetime: mutation_settings.NotebookLifetimeRule | None = None
 
     def active(self) -> bool:
         """True when any rule is present and not off."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 Object = Mapping[str, Any]
@@ -100,10 +101,15 @@ class SnapshotView:
             known=frozenset(present) | frozenset(known),
         )
 
+    @cached_property
+    def _availability(self) -> dict[str, Availability]:
+        return {
+            r: KNOWN if r in self.known else Availability(False, f"no {r} in the cluster snapshot")
+            for r in RESOURCES
+        }
+
     def availability(self, resource: Resource) -> Availability:
-        if resource in self.known:
-            return KNOWN
-        return Availability(False, f"no {resource} in the cluster snapshot")
+        return self._availability[resource]
 
     def _of(self, kind: str) -> tuple[Object, ...]:
         return self.objects_by_kind.get(kind, ())
@@ -147,7 +153,7 @@ _RESOURCE_OF_KIND = {
 
 def _flatten(objects: Iterable[Object]) -> Iterable[Object]:
     for obj in objects:
-        if not isinstance(obj, Mapping):
+        if not isinstance(obj, dict):
             continue
         kind = str(obj.get("kind", ""))
         if kind.endswith("List") and isinstance(obj.get("items"), list):
@@ -156,7 +162,7 @@ def _flatten(objects: Iterable[Object]) -> Iterable[Object]:
             yield from _flatten(
                 item if "kind" in item or not item_kind else {**item, "kind": item_kind}
                 for item in obj["items"]
-                if isinstance(item, Mapping)
+                if isinstance(item, dict)
             )
         else:
             yield obj

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from webhook.policy.patch import Path, lookup
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KindPaths:
     """The pod templates (metadata + spec) and bare pod specs of one kind.
 
@@ -21,6 +22,14 @@ class KindPaths:
     kind: str
     templates: tuple[str, ...] = ()
     pod_specs: tuple[str, ...] = ()
+
+    @cached_property
+    def template_patterns(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(split_pointer(t) for t in self.templates)
+
+    @cached_property
+    def pod_spec_patterns(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(split_pointer(t) for t in self.pod_specs)
 
 
 #: Kinds Kubernetes itself defines; custom resources come from GPUWorkloadKind policies.
@@ -74,13 +83,13 @@ def _expand(node: Any, rest: tuple[str, ...], done: tuple[str | int, ...]) -> It
         return
     head, tail = rest[0], rest[1:]
     if head == "*":
-        if isinstance(node, Mapping):
+        if isinstance(node, dict):
             for key in node:
                 yield from _expand(node[key], tail, (*done, key))
         elif isinstance(node, list):
             for index, item in enumerate(node):
                 yield from _expand(item, tail, (*done, index))
-    elif isinstance(node, Mapping) and head in node:
+    elif isinstance(node, dict) and head in node:
         yield from _expand(node[head], tail, (*done, head))
     elif isinstance(node, list) and head.isdigit() and int(head) < len(node):
         yield from _expand(node[int(head)], tail, (*done, int(head)))
@@ -89,13 +98,13 @@ def _expand(node: Any, rest: tuple[str, ...], done: tuple[str | int, ...]) -> It
 def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
     """Every pod spec of ``obj`` that exists and is a mapping."""
     found: list[PodTarget] = []
-    for pattern in paths.templates:
-        for path in expand(obj, split_pointer(pattern)):
-            if isinstance(lookup(obj, (*path, "spec")), Mapping):
+    for pattern in paths.template_patterns:
+        for path in expand(obj, pattern):
+            if isinstance(lookup(obj, (*path, "spec")), dict):
                 found.append(PodTarget((*path, "spec"), (*path, "metadata")))
-    for pattern in paths.pod_specs:
-        for path in expand(obj, split_pointer(pattern)):
-            if isinstance(lookup(obj, path), Mapping):
+    for pattern in paths.pod_spec_patterns:
+        for path in expand(obj, pattern):
+            if isinstance(lookup(obj, path), dict):
                 meta = ("metadata",) if path == ("spec",) else None
                 found.append(PodTarget(tuple(path), meta))
     return found
@@ -111,7 +120,7 @@ def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
     refs = meta.get("ownerReferences")
     if not isinstance(refs, list):
         return set()
-    return {str(r.get("kind")) for r in refs if isinstance(r, Mapping)}
+    return {str(r.get("kind")) for r in refs if isinstance(r, dict)}
 
 
 def as_path(path: Path) -> tuple[str | int, ...]:

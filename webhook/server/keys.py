@@ -14,7 +14,9 @@ from webhook.server.tls import ReloadingTLS
 STORE = web.AppKey("store", PolicyStore)
 METRICS = web.AppKey("metrics", Metrics)
 #: returns the cluster view in force (it can change when the index starts)
-VIEW = web.AppKey("view", Callable[[], ClusterView])
+ViewGetter = Callable[[], ClusterView]
+VIEW: web.AppKey[ViewGetter] = web.AppKey("view")
 TLS = web.AppKey("tls", ReloadingTLS)
 #: each returns "" when ready, else why not
-READY_CHECKS = web.AppKey("ready_checks", list[Callable[[], str]])
+ReadyCheck = Callable[[], str]
+READY_CHECKS: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")

@@ -18,13 +18,12 @@ HIDDEN = ("void", "none", "")
 
 
 def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
-    refs = list(gpu.containers(ctx.spec))
-    pod_has_gpu = any(gpu.gpu_names(ref.container, ctx.is_gpu) for ref in refs)
-    for ref in refs:
-        if gpu.gpu_names(ref.container, ctx.is_gpu):
+    pod_has_gpu = bool(ctx.slots)
+    for ref in gpu.containers(ctx.spec):
+        if ctx.gpu_names(ref):
             continue
         env = ref.container.get("env")
-        entries = [e for e in env if isinstance(e, Mapping)] if isinstance(env, list) else []
+        entries = [e for e in env if isinstance(e, dict)] if isinstance(env, list) else []
         entry = next((e for e in entries if e.get("name") == VARIABLE), None)
         if entry is None:
             if cfg.setVoid and pod_has_gpu:

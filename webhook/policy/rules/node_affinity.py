@@ -33,10 +33,9 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
 def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
     required, preferred = list(cfg.required), list(cfg.preferred)
     if cfg.byResource:
-        names = {n for ref in gpu.containers(ctx.spec) for n in gpu.gpu_names(ref.container, ctx.is_gpu)}
+        names = ctx.pod_gpu_names()
         for extra in cfg.byResource:
-            wants = gpu.ResourceMatcher.of(extra.resources)
-            if any(wants(n) for n in names):
+            if any(extra.matcher(n) for n in names):
                 required.extend(extra.required)
                 preferred.extend(extra.preferred)
     return required, preferred

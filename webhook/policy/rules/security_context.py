@@ -14,6 +14,7 @@ from typing import Any
 from webhook.policy import gpu
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import SecurityContextRule
+from webhook.policy.patch import submap
 
 PHASES = ("mutate",)
 
@@ -27,29 +28,28 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
         _container_defaults(ctx, ref)
 
 
-def _sc(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = obj.get("securityContext")
-    return value if isinstance(value, Mapping) else {}
+def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return submap(obj, "securityContext")
 
 
 def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
     pod_sc = _sc(ctx.spec)
-    path = ctx.spec_path("securityContext")
     explicit_root = pod_sc.get("runAsUser") == 0 or any(_sc(r.container).get("runAsUser") == 0 for r in refs)
-    changed = False
+    wanted: dict[str, Any] = {}
     if not explicit_root and "runAsNonRoot" not in pod_sc:
-        changed |= ctx.builder.set((*path, "runAsNonRoot"), True)
-    defaults = {"runAsUser": cfg.runAsUser, "runAsGroup": cfg.runAsGroup, "fsGroup": cfg.fsGroup}
-    for field, value in defaults.items():
-        if value is not None and not (field == "runAsUser" and explicit_root):
-            changed |= ctx.builder.set_default((*path, field), value)
+        wanted["runAsNonRoot"] = True
+    if cfg.runAsUser is not None and not explicit_root:
+        wanted["runAsUser"] = cfg.runAsUser
+    if cfg.runAsGroup is not None:
+        wanted["runAsGroup"] = cfg.runAsGroup
     if cfg.fsGroup is not None and pod_sc.get("fsGroup") is None:
+        wanted["fsGroup"] = cfg.fsGroup
         # avoid a recursive chown of every volume at each start
-        changed |= ctx.builder.set_default((*path, "fsGroupChangePolicy"), "OnRootMismatch")
+        wanted["fsGroupChangePolicy"] = "OnRootMismatch"
     every_container_has_seccomp = bool(refs) and all(_sc(r.container).get("seccompProfile") for r in refs)
-    if cfg.seccompProfile and not pod_sc.get("seccompProfile") and not every_container_has_seccomp:
-        changed |= ctx.builder.set((*path, "seccompProfile"), {"type": cfg.seccompProfile})
-    if changed:
+    if cfg.seccompProfile and not every_container_has_seccomp:
+        wanted["seccompProfile"] = {"type": cfg.seccompProfile}
+    if ctx.builder.fill(ctx.spec_path("securityContext"), wanted):
         ctx.changed("securityContext")
 
 
@@ -58,12 +58,15 @@ def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef) -> None:
     if sc.get("privileged") is True:
         return
     path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
-    changed = ctx.builder.set_default((*path, "allowPrivilegeEscalation"), False)
-    caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), Mapping) else {}
+    caps = submap(sc, "capabilities")
     drop = caps.get("drop")
-    if not isinstance(drop, list):
+    wanted: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if not caps:
+        wanted["capabilities"] = {"drop": ["ALL"]}
+    changed = ctx.builder.fill(path, wanted)
+    if caps and not isinstance(drop, list):
         changed |= ctx.builder.set((*path, "capabilities", "drop"), ["ALL"])
-    elif "ALL" not in drop:
+    elif caps and isinstance(drop, list) and "ALL" not in drop:
         ctx.builder.append((*path, "capabilities", "drop"), "ALL")
         changed = True
     if changed:
@@ -91,7 +94,7 @@ def _container_problems(sc: Mapping[str, Any], cfg: SecurityContextRule) -> list
         problems.append(("runAsNonRoot", "sets runAsNonRoot: false; remove it"))
     if sc.get("allowPrivilegeEscalation") is True:
         problems.append(("allowPrivilegeEscalation", "allows privilege escalation; set it to false"))
-    caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), Mapping) else {}
+    caps = submap(sc, "capabilities")
     added = [c for c in caps.get("add") or [] if c not in cfg.allowedCapabilities]
     if added:
         allowed = ", ".join(cfg.allowedCapabilities) or "none"

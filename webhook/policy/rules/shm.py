@@ -14,7 +14,6 @@ from typing import Any
 
 from webhook.policy import gpu, quantity
 from webhook.policy.context import RuleContext
-from webhook.policy.model import quantity_value
 from webhook.policy.mutation_settings import ShmRule
 
 PHASES = ("mutate",)
@@ -30,7 +29,7 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     if not targets:
         return
     volumes = ctx.spec.get("volumes")
-    volumes = [v for v in volumes if isinstance(v, Mapping)] if isinstance(volumes, list) else []
+    volumes = [v for v in volumes if isinstance(v, dict)] if isinstance(volumes, list) else []
     name = _volume_name(volumes, cfg.volumeName)
     if not any(v.get("name") == name for v in volumes):
         size = min(_size_for(ref.container, cfg) for ref in targets)
@@ -45,12 +44,12 @@ def _mounts_shm(container: Mapping[str, Any]) -> bool:
     mounts = container.get("volumeMounts")
     if not isinstance(mounts, list):
         return False
-    return any(isinstance(m, Mapping) and str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH for m in mounts)
+    return any(isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH for m in mounts)
 
 
 def _is_ours(volume: Mapping[str, Any]) -> bool:
     empty_dir = volume.get("emptyDir")
-    return isinstance(empty_dir, Mapping) and empty_dir.get("medium") == "Memory"
+    return isinstance(empty_dir, dict) and empty_dir.get("medium") == "Memory"
 
 
 def _volume_name(volumes: list[Mapping[str, Any]], base: str) -> str:
@@ -64,15 +63,14 @@ def _volume_name(volumes: list[Mapping[str, Any]], base: str) -> str:
 
 
 def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> Decimal:
+    sizes = cfg.bytes
     limit = quantity.parse_quantity(gpu.resource_map(container, "limits").get("memory"))
-    if cfg.size is not None:
-        wanted = quantity_value(cfg.size)
+    if sizes.fixed is not None:
+        wanted = sizes.fixed
     elif limit is None:
-        wanted = quantity_value(cfg.sizeWithoutMemoryLimit)
+        wanted = sizes.without_limit
     else:
-        wanted = limit * Decimal(str(cfg.memoryFraction))
-        wanted = max(wanted, quantity_value(cfg.minSize))
-        wanted = min(wanted, quantity_value(cfg.maxSize))
+        wanted = min(max(limit * sizes.fraction, sizes.minimum), sizes.maximum)
     return min(wanted, limit) if limit is not None and limit > 0 else wanted
 
 

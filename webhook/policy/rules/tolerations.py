@@ -13,12 +13,12 @@ PHASES = ("mutate",)
 
 def run(ctx: RuleContext, cfg: TolerationsRule) -> None:
     path = ctx.spec_path("tolerations")
-    for wanted in cfg.tolerations:
+    for wanted in cfg.wanted:
         current = ctx.builder.get(path)
         existing = current if isinstance(current, list) else []
-        if any(covers(have, wanted.as_dict()) for have in existing if isinstance(have, Mapping)):
+        if any(covers(have, wanted) for have in existing if isinstance(have, dict)):
             continue
-        ctx.builder.append(path, wanted.as_dict())
+        ctx.builder.append(path, dict(wanted))
         ctx.changed("tolerations")
 
 

@@ -1,0 +1,319 @@
+"""The CEL in deploy/ does what its comments say, on real API server requests.
+
+The webhooks' matchConditions run on the AdmissionReview requests that
+kube-apiserver 1.36 sent (../shared/corpus), and on variants of them built
+here; the label guard's policy runs on namespace create/update requests.
+The evaluator is cel-python. Like cel-go in the API server it fails on a
+missing map key, so an unguarded field access on any of these inputs fails
+the test; unlike cel-go it forgives a missing intermediate inside has(), so
+test_has_guards_each_level checks those guards statically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+
+import deploy_tree
+
+celpy = pytest.importorskip("celpy", reason="cel-python is needed: pip install cel-python")
+from celpy import celtypes  # noqa: E402
+
+CORPUS = deploy_tree.SHARED / "corpus" / "admissionreviews" / "kube-apiserver-1.36"
+BASE = deploy_tree.base()
+WEBHOOKS = [
+    hook
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    for hook in deploy_tree.one(kind, docs=BASE)["webhooks"]
+]
+HOOK_IDS = [h["name"] for h in WEBHOOKS]
+ENV = celpy.Environment()
+
+
+def _program(expression: str) -> Any:
+    return ENV.program(ENV.compile(expression))
+
+
+def _activation(request: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """CEL variables as the API server binds them: `request` is the
+    AdmissionRequest without object/oldObject, omitempty fields absent."""
+    bare = {k: v for k, v in request.items() if k not in ("object", "oldObject")}
+    return {
+        "request": celpy.json_to_cel(bare),
+        "object": celpy.json_to_cel(request.get("object")),
+        "oldObject": celpy.json_to_cel(request.get("oldObject")),
+        **extra,
+    }
+
+
+def _rule_matches(hook: dict[str, Any], request: dict[str, Any]) -> bool:
+    """The API server's rule match (exact versions; the corpus is all v1)."""
+    res = request["resource"]
+    sub = request.get("subResource", "")
+    resource = f"{res['resource']}/{sub}" if sub else res["resource"]
+    for rule in hook["rules"]:
+        if (request["operation"] in rule["operations"] or "*" in rule["operations"]) \
+                and (res["group"] in rule["apiGroups"] or "*" in rule["apiGroups"]) \
+                and (res["version"] in rule["apiVersions"] or "*" in rule["apiVersions"]) \
+                and resource in rule["resources"]:
+            return True
+    return False
+
+
+def _conditions(hook: dict[str, Any], request: dict[str, Any]) -> dict[str, bool]:
+    """Each matchCondition's result; an evaluation error fails the test, as it
+    would make the API server apply failurePolicy (Fail: reject)."""
+    results = {}
+    for condition in hook["matchConditions"]:
+        try:
+            value = _program(condition["expression"]).evaluate(_activation(request))
+        except celpy.CELEvalError as exc:
+            pytest.fail(f"{condition['name']} errors on {request.get('name')}: {exc}")
+        assert isinstance(value, celtypes.BoolType), (condition["name"], value)
+        results[condition["name"]] = bool(value)
+    return results
+
+
+def _sent(hook: dict[str, Any], request: dict[str, Any]) -> bool:
+    return _rule_matches(hook, request) and all(_conditions(hook, request).values())
+
+
+def _corpus(name: str) -> dict[str, Any]:
+    path = CORPUS / name
+    if not path.is_file():
+        pytest.skip(f"corpus not found: {path}")
+    return json.loads(path.read_text("utf-8"))["request"]
+
+
+def _pod(name: str = "000_mutate_create_pods_.json") -> dict[str, Any]:
+    return copy.deepcopy(_corpus(name))
+
+
+def _set_resources(request: dict[str, Any], resources: Any, init: bool = False) -> dict[str, Any]:
+    spec = request["object"]["spec"]
+    for container in spec["containers"]:
+        if resources is None:
+            container.pop("resources", None)
+        else:
+            container["resources"] = copy.deepcopy(resources)
+    if init:
+        spec["initContainers"] = [{"name": "fetch", "image": "busybox",
+                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    return request
+
+
+def _owned(request: dict[str, Any], kind: str, controller: bool | None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "name": "owner",
+                           "uid": "7b0c7a4e-0000-4000-8000-000000000001"}
+    if controller is not None:
+        ref["controller"] = controller
+    request["object"]["metadata"]["ownerReferences"] = [ref]
+    return request
+
+
+def _as_replicaset(deployment_request: dict[str, Any]) -> dict[str, Any]:
+    request = copy.deepcopy(deployment_request)
+    for key in ("kind", "requestKind"):
+        request[key] = {"group": "apps", "version": "v1", "kind": "ReplicaSet"}
+    for key in ("resource", "requestResource"):
+        request[key] = {"group": "apps", "version": "v1", "resource": "replicasets"}
+    request["object"]["kind"] = "ReplicaSet"
+    return request
+
+
+# Real requests, as sent: (file, sent to both webhooks?)
+CORPUS_CASES = [
+    ("000_mutate_create_pods_.json", True),
+    ("001_validate_create_pods_.json", True),
+    ("002_mutate_create_pods_.json", True),
+    ("004_mutate_update_pods_.json", True),
+    ("006_mutate_create_deployments_.json", True),
+    ("007_mutate_create_jobs_.json", True),
+    ("008_mutate_create_cronjobs_.json", True),
+    ("009_mutate_delete_pods_.json", False),  # DELETE: not in the rules
+    ("011_mutate_create_pods_dryrun.json", True),
+    ("013_mutate_create_statefulsets_.json", True),
+    ("014_mutate_create_daemonsets_.json", True),
+    ("015_mutate_update_pods_ephemeralcontainers_.json", False),  # subresource
+    ("017_validate_create_pytorchjobs_.json", True),
+    ("018_validate_create_rayclusters_.json", True),
+]
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+@pytest.mark.parametrize("name,expected", CORPUS_CASES, ids=[c[0] for c in CORPUS_CASES])
+def test_real_requests(hook: dict[str, Any], name: str, expected: bool) -> None:
+    assert _sent(hook, _corpus(name)) is expected
+
+
+def test_every_corpus_request_evaluates_without_error() -> None:
+    if not CORPUS.is_dir():
+        pytest.skip(f"corpus not found: {CORPUS}")
+    files = sorted(CORPUS.glob("*.json"))
+    assert files
+    for path in files:
+        request = json.loads(path.read_text("utf-8"))["request"]
+        for hook in WEBHOOKS:
+            if request.get("object") is not None:
+                _conditions(hook, request)
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+def test_subresource_requests_are_kept_away_even_if_rules_widen(hook: dict[str, Any]) -> None:
+    request = _pod("015_mutate_update_pods_ephemeralcontainers_.json")
+    assert request["subResource"] == "ephemeralcontainers"
+    assert _conditions(hook, request)["exclude-subresources"] is False
+    request["subResource"] = "status"
+    assert _conditions(hook, request)["exclude-subresources"] is False
+    assert _conditions(hook, _pod())["exclude-subresources"] is True
+
+
+# (description, how to change the GPU pod of 000, sent?)
+POD_VARIANTS = [
+    ("cpu only", lambda r: _set_resources(r, {"limits": {"cpu": "1", "memory": "1Gi"}}), False),
+    ("no resources field", lambda r: _set_resources(r, None), False),
+    ("empty resources", lambda r: _set_resources(r, {}), False),
+    ("requests only", lambda r: _set_resources(r, {"requests": {"nvidia.com/gpu": "1"}}), True),
+    ("limits only", lambda r: _set_resources(r, {"limits": {"nvidia.com/gpu": "1"}}), True),
+    ("MIG device", lambda r: _set_resources(r, {"limits": {"nvidia.com/mig-1g.10gb": "1"}}), True),
+    ("shared GPU", lambda r: _set_resources(r, {"limits": {"nvidia.com/gpu.shared": "1"}}), True),
+    ("AMD GPU", lambda r: _set_resources(r, {"limits": {"amd.com/gpu": "1"}}), True),
+    ("HAMi memory", lambda r: _set_resources(r, {"limits": {"nvidia.com/gpumem": "4000"}}), True),
+    ("GPU in an init container only", lambda r: _set_resources(r, None, init=True), True),
+    ("no containers at all", lambda r: (r["object"]["spec"].pop("containers"), r)[1], False),
+    ("owned GPU pod", lambda r: _owned(r, "ReplicaSet", True), True),
+]
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+@pytest.mark.parametrize("variant,expected", [(v, e) for v, _, e in POD_VARIANTS],
+                         ids=[v for v, _, _ in POD_VARIANTS])
+def test_pods_are_sent_only_when_they_ask_for_a_gpu(hook: dict[str, Any], variant: str,
+                                                    expected: bool) -> None:
+    change = next(c for v, c, _ in POD_VARIANTS if v == variant)
+    request = change(_pod())
+    assert _sent(hook, request) is expected
+    if request.get("oldObject"):
+        return
+    update = copy.deepcopy(request)  # UPDATE carries both objects
+    update["operation"], update["oldObject"] = "UPDATE", copy.deepcopy(request["object"])
+    assert _sent(hook, update) is expected
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+def test_controller_owned_workloads_are_left_to_their_owner(hook: dict[str, Any]) -> None:
+    deployment = _corpus("006_mutate_create_deployments_.json")
+    replicaset = _as_replicaset(deployment)
+    assert _sent(hook, copy.deepcopy(replicaset)) is True  # a bare ReplicaSet
+    assert _sent(hook, _owned(copy.deepcopy(replicaset), "Deployment", True)) is False
+    # An owner that is not the controller does not write the template.
+    assert _sent(hook, _owned(copy.deepcopy(replicaset), "Deployment", False)) is True
+    assert _sent(hook, _owned(copy.deepcopy(replicaset), "Deployment", None)) is True
+    job = _owned(copy.deepcopy(_corpus("007_mutate_create_jobs_.json")), "CronJob", True)
+    assert _sent(hook, job) is False
+
+
+# has(a.b.c) in cel-go fails when a.b is absent; cel-python answers false.
+# So every has() argument's parent must be guarded by a has() of its own,
+# be a variable, or be a field the API server always sets.
+ALWAYS_PRESENT = {"object.metadata", "oldObject.metadata", "request.resource", "request"}
+_HAS = re.compile(r"has\(([A-Za-z_][\w.]*)\)")
+
+
+def _cel_sources() -> list[tuple[str, str]]:
+    found = [(f"{h['name']}/{c['name']}", c["expression"])
+             for h in WEBHOOKS for c in h["matchConditions"]]
+    policy = deploy_tree.one("ValidatingAdmissionPolicy")["spec"]
+    found += [(f"label-guard/{v['name']}", v["expression"]) for v in policy["variables"]]
+    found += [(f"label-guard/validation{i}", v["expression"])
+              for i, v in enumerate(policy["validations"])]
+    return found
+
+
+@pytest.mark.parametrize("where,expression", _cel_sources(), ids=[w for w, _ in _cel_sources()])
+def test_has_guards_each_level(where: str, expression: str) -> None:
+    ENV.compile(expression)  # parses
+    guarded = set(_HAS.findall(expression))
+    for path in guarded:
+        parent = path.rsplit(".", 1)[0]
+        if "." not in parent:  # a variable: object, request, a comprehension's c
+            continue
+        assert parent in guarded or parent in ALWAYS_PRESENT, \
+            f"{where}: has({path}) needs has({parent}) first"
+
+
+# The label guard (deploy/optional/label-guard.yaml).
+
+POLICY = deploy_tree.one("ValidatingAdmissionPolicy", "gpu-admission-label-guard")
+KEY = "gpu-admission.io/enabled"
+
+
+def _namespace(labels: dict[str, str] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "team-a"}
+    if labels is not None:
+        meta["labels"] = {"kubernetes.io/metadata.name": "team-a", **labels}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def _guard_allows(old: dict[str, Any] | None, new: dict[str, Any], may_label: bool) -> bool:
+    """Evaluate the policy; `mayLabel` (an authorizer call cel-python cannot
+    make) is what RBAC would answer."""
+    request = {"operation": "UPDATE" if old else "CREATE", "object": new, "oldObject": old,
+               "resource": {"group": "", "version": "v1", "resource": "namespaces"}}
+    variables: dict[Any, Any] = {}
+    for var in POLICY["spec"]["variables"]:
+        if var["name"] == "mayLabel":
+            assert "authorizer." in var["expression"] and "check('label')" in var["expression"]
+            value = celtypes.BoolType(may_label)
+        else:
+            value = _program(var["expression"]).evaluate(
+                _activation(request, variables=celtypes.MapType(variables)))
+        variables[celtypes.StringType(var["name"])] = value
+    activation = _activation(request, variables=celtypes.MapType(variables))
+    for validation in POLICY["spec"]["validations"]:
+        _program(validation["messageExpression"]).evaluate(activation)
+        if not _program(validation["expression"]).evaluate(activation):
+            return False
+    return True
+
+
+GUARD_CASES = [
+    # (old labels, new labels, allowed without the verb)
+    ("create without labels", None, None, True),
+    ("create, other labels", None, {"team": "a"}, True),
+    ("create opted in", None, {KEY: "true"}, False),
+    ("create labelled false", None, {KEY: "false"}, True),
+    ("opt in", {"team": "a"}, {"team": "a", KEY: "true"}, False),
+    ("opt out by removal", {KEY: "true"}, {}, False),
+    ("opt out by value", {KEY: "true"}, {KEY: "false"}, False),
+    ("opt in from false", {KEY: "false"}, {KEY: "true"}, False),
+    ("false to absent", {KEY: "false"}, {}, True),
+    ("false to another value", {KEY: "false"}, {KEY: "no"}, True),
+    ("labels dropped entirely", {KEY: "true"}, None, False),
+    ("unrelated label edit", {KEY: "true"}, {KEY: "true", "team": "b"}, True),
+    ("no labels before or after", None, None, True),
+]
+
+
+@pytest.mark.parametrize("case,old,new,allowed", GUARD_CASES, ids=[c[0] for c in GUARD_CASES])
+def test_label_guard(case: str, old: dict | None, new: dict | None, allowed: bool) -> None:
+    old_ns = None if case.startswith("create") else _namespace(old)
+    new_ns = _namespace(new)
+    assert _guard_allows(old_ns, new_ns, may_label=False) is allowed
+    assert _guard_allows(old_ns, new_ns, may_label=True) is True
+
+
+def test_label_guard_is_bound_to_deny() -> None:
+    binding = deploy_tree.one("ValidatingAdmissionPolicyBinding", "gpu-admission-label-guard")
+    assert binding["spec"]["policyName"] == POLICY["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    rules = POLICY["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"],
+                      "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]
+    role = deploy_tree.one("ClusterRole", "gpu-admission-opt-in")
+    assert role["rules"] == [{"apiGroups": ["gpu-admission.io"], "resources": ["namespaces"],
+                              "verbs": ["label"]}]

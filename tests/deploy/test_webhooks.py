@@ -1,0 +1,136 @@
+"""The webhook configurations are safe by default and reach the server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import deploy_tree
+from deploy_tree import NAMESPACE
+
+BASE = deploy_tree.base()
+MUTATING = deploy_tree.one("MutatingWebhookConfiguration", docs=BASE)
+VALIDATING = deploy_tree.one("ValidatingWebhookConfiguration", docs=BASE)
+CONFIGS = {"mutating": MUTATING, "validating": VALIDATING}
+WEBHOOKS = [(kind, hook) for kind, cfg in CONFIGS.items() for hook in cfg["webhooks"]]
+IDS = [hook["name"] for _, hook in WEBHOOKS]
+
+OPT_IN = "gpu-admission.io/enabled"
+NEVER = {"kube-system", "kube-public", "kube-node-lease", NAMESPACE}
+
+#: (group, resource) the shipped policies cover, and the versions to match.
+COVERED: dict[tuple[str, str], set[str]] = {
+    ("", "pods"): {"v1"},
+    **{("apps", r): {"v1"} for r in ("deployments", "statefulsets", "daemonsets", "replicasets")},
+    **{("batch", r): {"v1"} for r in ("jobs", "cronjobs")},
+    **{("kubeflow.org", r): {"*"} for r in
+       ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
+    **{("ray.io", r): {"*"} for r in ("rayclusters", "rayjobs", "rayservices")},
+    ("jobset.x-k8s.io", "jobsets"): {"*"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"*"},
+    ("serving.kserve.io", "inferenceservices"): {"*"},
+}
+
+
+def _selected(hook: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
+    """Whether the namespaceSelector selects a namespace (the API server adds
+    kubernetes.io/metadata.name to every namespace)."""
+    all_labels = {**labels, "kubernetes.io/metadata.name": name}
+    return deploy_tree.labels_match(hook["namespaceSelector"], all_labels)
+
+
+def test_names_and_paths() -> None:
+    assert [h["name"] for h in MUTATING["webhooks"]] == ["mutate.gpu-admission.io"]
+    assert [h["name"] for h in VALIDATING["webhooks"]] == ["validate.gpu-admission.io"]
+    assert MUTATING["webhooks"][0]["clientConfig"]["service"]["path"] == "/mutate"
+    assert VALIDATING["webhooks"][0]["clientConfig"]["service"]["path"] == "/validate"
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_the_service_reference_reaches_the_server_port(kind: str, hook: dict[str, Any]) -> None:
+    ref = hook["clientConfig"]["service"]
+    assert (ref["name"], ref["namespace"], ref.get("port", 443)) == ("gpu-admission", NAMESPACE, 443)
+    assert "url" not in hook["clientConfig"]
+    service = deploy_tree.one("Service", "gpu-admission", docs=BASE)
+    port = next(p for p in service["spec"]["ports"] if p["port"] == 443)
+    pod = deploy_tree.one("Deployment", "gpu-admission", docs=BASE)["spec"]["template"]["spec"]
+    container_ports = {p.get("name"): p["containerPort"] for c in pod["containers"]
+                       for p in c.get("ports", [])}
+    target = port["targetPort"]
+    assert container_ports.get(target, target) == 8443
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_ca_bundle_is_left_to_the_bootstrap(kind: str, hook: dict[str, Any]) -> None:
+    # Absent, not "": a re-apply must not blank what the bootstrap filled in.
+    assert "caBundle" not in hook["clientConfig"]
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_namespace_selector_requires_opt_in_and_spares_the_system(kind: str, hook: dict[str, Any]) -> None:
+    exprs = hook["namespaceSelector"].get("matchExpressions", [])
+    assert {"key": OPT_IN, "operator": "In", "values": ["true"]} in exprs
+    by_name = [e for e in exprs if e["key"] == "kubernetes.io/metadata.name"]
+    assert len(by_name) == 1 and by_name[0]["operator"] == "NotIn"
+    assert NEVER <= set(by_name[0]["values"])
+    # Behaviour, not just spelling:
+    assert _selected(hook, "team-a", {OPT_IN: "true"})
+    assert not _selected(hook, "team-a", {})
+    assert not _selected(hook, "team-a", {OPT_IN: "false"})
+    for name in NEVER:
+        assert not _selected(hook, name, {OPT_IN: "true"}), name
+    assert "objectSelector" not in hook or not hook["objectSelector"], \
+        "an object label could let a tenant opt out (break-glass must not be a tenant label)"
+
+
+def test_own_namespace_says_it_is_not_opted_in() -> None:
+    ns = deploy_tree.one("Namespace", NAMESPACE, docs=BASE)
+    assert ns["metadata"]["labels"].get(OPT_IN) != "true"
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_contract_with_the_api_server(kind: str, hook: dict[str, Any]) -> None:
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "None"
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["failurePolicy"] == "Fail"  # validate: required; mutate: docs/deploy.md
+
+
+def test_mutating_webhook_is_reinvoked() -> None:
+    assert MUTATING["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_rules_cover_exactly_the_policy_resources(kind: str, hook: dict[str, Any]) -> None:
+    covered: dict[tuple[str, str], set[str]] = {}
+    for rule in hook["rules"]:
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"], rule
+        assert rule.get("scope") == "Namespaced", rule
+        assert "*" not in rule["apiGroups"], rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in resource and "/" not in resource, \
+                    f"{resource}: no wildcards, no subresources"
+                covered.setdefault((group, resource), set()).update(rule["apiVersions"])
+    assert covered == COVERED
+
+
+def test_both_webhooks_select_the_same_requests() -> None:
+    mutate, validate = MUTATING["webhooks"][0], VALIDATING["webhooks"][0]
+    for field in ("rules", "namespaceSelector", "matchConditions", "matchPolicy"):
+        assert mutate[field] == validate[field], field
+
+
+@pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)
+def test_match_conditions_are_well_formed(kind: str, hook: dict[str, Any]) -> None:
+    conditions = hook["matchConditions"]
+    names = [c["name"] for c in conditions]
+    assert len(names) == len(set(names)) and len(names) <= 64
+    for condition in conditions:
+        assert set(condition) == {"name", "expression"}
+        assert len(condition["name"]) <= 63
+        # matchConditions see object, oldObject, request and authorizer only.
+        for var in ("params", "variables", "namespaceObject"):
+            assert f"{var}." not in condition["expression"], (condition["name"], var)

@@ -1,0 +1,158 @@
+"""The live cluster view: an in-memory index kept current by list+watch.
+
+:class:`ClusterIndex` implements :class:`webhook.policy.view.ClusterView` for
+the server. Each watched resource has a thread that lists and watches it
+(:mod:`webhook.cluster.watch`); the read methods only look at the latest
+immutable snapshot, so the admission hot path never waits on I/O, on a lock
+held by a watch, or on a relist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Collection, Iterable
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry
+
+from webhook.cluster import kinds, pods
+from webhook.cluster.metrics import IndexCollector, Reading
+from webhook.cluster.state import ResourceState
+from webhook.cluster.store import CLUSTER, Snapshot
+from webhook.cluster.watch import ResourceWatch, WatchSettings
+from webhook.policy.view import RESOURCES, Availability, Object, Resource
+
+_POLL = 0.02  # seconds between checks in wait_synced() and stop()
+
+
+class ClusterIndex:
+    """List+watch of the resources the loaded policies need, as a ClusterView.
+
+    ``resources`` picks what is watched (default: all six). Pods are kept
+    only when ``is_gpu_resource`` accepts one of their requested or limited
+    resource names, and trimmed. ``registry`` receives the index metrics.
+    ``clock`` and ``rng`` exist for tests.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        resources: Iterable[Resource] = RESOURCES,
+        is_gpu_resource: pods.ResourcePredicate = pods.is_gpu_resource,
+        settings: WatchSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        wanted = set(resources)
+        unknown = wanted - set(RESOURCES)
+        if unknown:
+            raise ValueError(f"cannot watch {', '.join(sorted(unknown))}: not one of {', '.join(RESOURCES)}")
+        self.settings = settings or WatchSettings()
+        self._clock = clock
+        rng = rng or random.Random()
+        self._watches = {
+            r: ResourceWatch(
+                kinds.KINDS[r],
+                kinds.KINDS[r].lister(api_client),
+                kinds.shaper(kinds.KINDS[r], is_gpu_resource),
+                self.settings,
+                clock=clock,
+                rng=random.Random(rng.random()),
+            )
+            for r in RESOURCES
+            if r in wanted
+        }
+        self._started = False
+        self._empty = Snapshot()
+        if registry is not None:
+            registry.register(IndexCollector(self._reading, clock))
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def resources(self) -> frozenset[Resource]:
+        """The watched resources."""
+        return frozenset(self._watches)
+
+    async def start(self) -> None:
+        """Start the watch threads and return at once (see :meth:`wait_synced`)."""
+        if self._started:
+            return
+        self._started = True
+        for watch in self._watches.values():
+            watch.start()
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Stop every watch and wait up to ``timeout`` seconds for their threads.
+
+        Threads still blocked after that (say, in a TCP connect) are daemons
+        and are abandoned: they can neither write anything that matters nor
+        keep the process alive.
+        """
+        for watch in self._watches.values():
+            watch.stop()
+        deadline = time.monotonic() + timeout
+        while any(w.is_alive() for w in self._watches.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL)
+
+    async def wait_synced(self, timeout: float, resources: Iterable[Resource] | None = None) -> bool:
+        """Wait until :meth:`synced`, at most ``timeout`` seconds; returns whether it is."""
+        deadline = time.monotonic() + timeout
+        while not self.synced(resources):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_POLL)
+        return True
+
+    def synced(self, resources: Iterable[Resource] | None = None) -> bool:
+        """Whether every given resource (default: every watched one) had a full list.
+
+        A resource that is not watched is never synced: asking for it is a
+        configuration error that readiness should expose, not hide.
+        """
+        wanted = self._watches if resources is None else resources
+        return all(self.state(r).synced for r in wanted)
+
+    def state(self, resource: Resource) -> ResourceState:
+        watch = self._watches.get(resource)
+        return watch.state if watch is not None else ResourceState(watched=False)
+
+    def resource_version(self, resource: Resource) -> str | None:
+        """Where the resource's next watch resumes (diagnostics and tests)."""
+        watch = self._watches.get(resource)
+        return watch.resource_version if watch is not None else None
+
+    def _snapshot(self, resource: Resource) -> Snapshot:
+        watch = self._watches.get(resource)
+        return watch.store.snapshot if watch is not None else self._empty
+
+    def _reading(self) -> Reading:
+        return {r: (w.state, w.store.snapshot.size) for r, w in self._watches.items()}
+
+    # ------------------------------------------------------------ ClusterView
+
+    def availability(self, resource: Resource) -> Availability:
+        return self.state(resource).availability(resource, self._clock(), self.settings.stale_after)
+
+    def namespace(self, name: str) -> Object | None:
+        return self._snapshot("namespaces").get(CLUSTER, name)
+
+    def nodes(self) -> Collection[Object]:
+        return self._snapshot("nodes").in_namespace(CLUSTER)
+
+    def pods(self, namespace: str | None = None) -> Collection[Object]:
+        snapshot = self._snapshot("pods")
+        return snapshot.all() if namespace is None else snapshot.in_namespace(namespace)
+
+    def resource_quotas(self, namespace: str) -> Collection[Object]:
+        return self._snapshot("resourcequotas").in_namespace(namespace)
+
+    def priority_class(self, name: str) -> Object | None:
+        return self._snapshot("priorityclasses").get(CLUSTER, name)
+
+    def runtime_class(self, name: str) -> Object | None:
+        return self._snapshot("runtimeclasses").get(CLUSTER, name)

@@ -1,0 +1,76 @@
+"""Which pods the index keeps, and the compact form it keeps them in.
+
+Only pods that request GPU-like extended resources matter to the policies
+(GPU quota usage, placement), and a cluster can run tens of thousands of
+other pods, so the index drops the rest on arrival and keeps the fields the
+:mod:`webhook.policy.view` docstring promises and nothing else: a trimmed
+pod is a few hundred bytes instead of the 5-20 KB the API server sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
+from typing import Any
+
+#: An object as parsed from the API server's JSON: a fresh dict, ours to edit.
+Raw = dict[str, Any]
+ResourcePredicate = Callable[[str], bool]
+
+GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu"})
+GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-", "gpu.intel.com/")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences")
+_SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName")
+
+
+def is_gpu_resource(name: str) -> bool:
+    """The default notion of a GPU-like extended resource (FACTS.md §3)."""
+    return name in GPU_RESOURCE_NAMES or name.startswith(GPU_RESOURCE_PREFIXES)
+
+
+def requests_gpu(pod: Mapping[str, Any], is_gpu: ResourcePredicate = is_gpu_resource) -> bool:
+    """Whether any container or init container requests or limits a GPU-like resource."""
+    spec = pod.get("spec") or {}
+    for container in chain(spec.get("containers") or (), spec.get("initContainers") or ()):
+        resources = container.get("resources") or {}
+        names = chain(resources.get("requests") or (), resources.get("limits") or ())
+        if any(is_gpu(name) for name in names):
+            return True
+    return False
+
+
+def trim_pod(pod: Mapping[str, Any]) -> Raw:
+    """The fields policies read, in a new dict (sub-objects are shared, not copied)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    trimmed_meta = {k: meta[k] for k in _METADATA if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
+    if annotations:
+        trimmed_meta["annotations"] = annotations
+    trimmed_spec: Raw = {k: spec[k] for k in _SPEC if k in spec}
+    trimmed_spec["containers"] = _containers(spec.get("containers") or ())
+    if spec.get("initContainers"):
+        trimmed_spec["initContainers"] = _containers(spec["initContainers"])
+    trimmed: Raw = {"apiVersion": "v1", "kind": "Pod", "metadata": trimmed_meta, "spec": trimmed_spec}
+    phase = (pod.get("status") or {}).get("phase")
+    if phase:
+        trimmed["status"] = {"phase": phase}
+    return trimmed
+
+
+def _containers(containers: Iterable[Mapping[str, Any]]) -> list[Raw]:
+    return [
+        {"name": c.get("name", ""), **({"resources": c["resources"]} if c.get("resources") else {})}
+        for c in containers
+    ]
+
+
+def gpu_pod_shaper(is_gpu: ResourcePredicate) -> Callable[[Raw], Raw | None]:
+    """Trim GPU pods; drop (None) every other pod."""
+
+    def shape(pod: Raw) -> Raw | None:
+        return trim_pod(pod) if requests_gpu(pod, is_gpu) else None
+
+    return shape
