@@ -1,20 +1,23 @@
 """Properties: a fractional or requests-only GPU anywhere in any pod spec of any kind is found.
 
-Generated objects of every kind gpu-admission knows (Pod, the built-in
-templates, and custom resources from policies/workload-kinds.yaml) carry
-well-formed GPU containers plus one bad one, placed anywhere; validation
-must deny and name that container and resource. Without the bad container
-the same object raises no resourceShape finding.
+Pod specs from tests/generators.py (well-formed GPU requests) get one bad
+container, placed anywhere, and go into objects of every kind gpu-admission
+knows (Pod, the built-in templates, custom resources from
+policies/workload-kinds.yaml); validation must deny and name that container
+and resource. Without the bad container the same object raises no
+resourceShape finding.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import generators
 from tests.support import POLICIES
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
@@ -30,7 +33,6 @@ spec:
 """
 POLICY_SET = loader.load_text((POLICIES / "workload-kinds.yaml").read_text() + "\n---\n" + POLICY)
 
-GPU_RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
 Spec = dict[str, Any]
 Wrap = Callable[[Spec, Spec], dict[str, Any]]  # (spec with the bad container, a good spec) -> object
 
@@ -77,18 +79,8 @@ fraction = (
 
 
 @st.composite
-def good_container(draw: st.DrawFn, name: str) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name, "image": "x"}
-    if draw(st.booleans()):
-        resource, count = draw(st.sampled_from(GPU_RESOURCES)), draw(whole)
-        both = draw(st.booleans())
-        container["resources"] = {"limits": {resource: count, "cpu": "1"}, **({"requests": {resource: count}} if both else {})}
-    return container
-
-
-@st.composite
 def bad_container(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
-    resource = draw(st.sampled_from(GPU_RESOURCES))
+    resource = draw(st.sampled_from(generators.GPU_RESOURCES))
     shape = draw(st.sampled_from(["fraction-limit", "fraction-request", "fraction-both", "requests-only"]))
     value = draw(fraction) if shape != "requests-only" else draw(whole | fraction)
     resources = {
@@ -102,17 +94,15 @@ def bad_container(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 
 @st.composite
 def pod_specs(draw: st.DrawFn) -> tuple[Spec, Spec, str, str]:
-    """(spec with the bad container, the same spec without it, its label, its resource)."""
-    inits = [draw(good_container(f"i{n}")) for n in range(draw(st.integers(0, 2)))]
-    apps = [draw(good_container(f"c{n}")) for n in range(draw(st.integers(1, 3)))]
+    """(a generated spec with the bad container put anywhere, the spec without it, its label, its resource)."""
+    good = draw(generators.pod_specs())
+    spec = copy.deepcopy(good)
     bad, resource = draw(bad_container())
     in_init = draw(st.booleans())
-    target = inits if in_init else apps
-    position = draw(st.integers(0, len(target)))
-    good = {"initContainers": list(inits), "containers": list(apps)}
-    target.insert(position, bad)
+    target = spec.setdefault("initContainers", []) if in_init else spec["containers"]
+    target.insert(draw(st.integers(0, len(target))), bad)
     label = f'{"init container" if in_init else "container"} "bad"'
-    return {"initContainers": inits, "containers": apps}, good, label, resource
+    return spec, good, label, resource
 
 
 def _shape_findings(obj: dict[str, Any]) -> list[str]:
