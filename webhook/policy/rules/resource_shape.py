@@ -97,7 +97,7 @@ def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: st
 
 
 def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[gpu.ContainerRef]) -> None:
-    holders = [r for r in refs if gpu.gpu_names(r.container, ctx.is_gpu)]
+    holders = [r for r in refs if ctx.gpu_names(r)]
     if not holders or any(not r.is_init for r in holders):
         return
     names = ", ".join(r.label() for r in holders)
