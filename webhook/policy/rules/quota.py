@@ -21,6 +21,7 @@ from webhook.policy import gpu, match, resourcequota, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
+from webhook.policy.view import Resource
 
 PHASES = ("validate",)
 
@@ -45,16 +46,20 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
         if cfg.templates == "warn":
             _check_template(ctx, cfg, me)
         return
-    caps = [c for c in cfg.limits if _amount(c, asks) and _covers(c, me, ctx.ns_labels) is not None]
+    caps = [c for c in cfg.limits if _amount(_counted(c), asks) and _covers(c, me, ctx.ns_labels) is not None]
     if caps:
         _check_caps(ctx, cfg, caps, me)
     if cfg.resourceQuotas:
         _check_resource_quotas(ctx, cfg, asks)
 
 
-def _amount(cap: QuotaLimit, gpus: Mapping[str, Decimal]) -> Decimal:
-    wanted = gpu.ResourceMatcher.of([cap.resource])
-    return sum((n for name, n in gpus.items() if wanted(name)), Decimal(0))
+def _amount(counted: gpu.ResourceMatcher, gpus: Mapping[str, Decimal]) -> Decimal:
+    """GPUs of the counted resources (a cap's name or prefix*) in ``gpus``."""
+    return sum((n for name, n in gpus.items() if counted(name)), Decimal(0))
+
+
+def _counted(cap: QuotaLimit) -> gpu.ResourceMatcher:
+    return gpu.ResourceMatcher.of([cap.resource])
 
 
 def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | None:
@@ -72,19 +77,21 @@ def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | N
 
 
 def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) -> None:
-    needed = ["pods", *(["namespaces"] if any(c.scope == "team" for c in caps) else [])]
+    needed: list[Resource] = ["pods"]
+    if any(c.scope == "team" for c in caps):
+        needed.append("namespaces")
     for resource in needed:
-        availability = ctx.view.availability(resource)  # type: ignore[arg-type]
+        availability = ctx.view.availability(resource)
         if not availability.known:
             severity.unavailable(ctx, cfg, availability.reason, "GPU quota")
             return
     pods = list(_running_pods(ctx, cfg))
     labels_of = _namespace_labels(ctx)
     for cap in caps:
-        group = _covers(cap, me, ctx.ns_labels)
-        used = sum((_amount(cap, p.gpus) for p in pods if _covers(cap, p, labels_of(p.namespace)) == group),
+        group, counted = _covers(cap, me, ctx.ns_labels), _counted(cap)
+        used = sum((_amount(counted, p.gpus) for p in pods if _covers(cap, p, labels_of(p.namespace)) == group),
                    Decimal(0))
-        ask = _amount(cap, me.gpus)
+        ask = _amount(counted, me.gpus)
         if used + ask > cap.max:
             ctx.report(f"{ctx.where()}: {_subject(cap, str(group))} uses {_n(used)} of {cap.max} {cap.resource}"
                        f"{_qualifier(cap)}; this pod asks for {_n(ask)}", pointer(ctx.spec_path("containers")))
@@ -139,7 +146,7 @@ def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, 
 def _check_template(ctx: RuleContext, cfg: QuotaRule, me: _Pod) -> None:
     replicas = _replicas(ctx)
     for cap in cfg.limits:
-        group, ask = _covers(cap, me, ctx.ns_labels), _amount(cap, me.gpus)
+        group, ask = _covers(cap, me, ctx.ns_labels), _amount(_counted(cap), me.gpus)
         if group is not None and ask and replicas * ask > cap.max:
             severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {_n(ask)} {cap.resource} exceed "
                             f"the cap of {cap.max} for {_subject(cap, group)}{_qualifier(cap)}; pods past it "
