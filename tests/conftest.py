@@ -75,9 +75,9 @@ StartWebhook = Callable[..., Awaitable[Webhook]]
 async def start_webhook(aiohttp_server: Any, pki: Pki, policy_dir: Path) -> AsyncIterator[StartWebhook]:
     sessions: list[aiohttp.ClientSession] = []
 
-    async def start(policies: Path | None = None, view: Any = None, **config: Any) -> Webhook:
+    async def start(policies: Path | None = None, view: Any = None, cluster: Any = None, **config: Any) -> Webhook:
         tls = ReloadingTLS(pki.cert, pki.key)
-        app = create_app(AppConfig(policies=policies or policy_dir, **config), tls=tls, view=view)
+        app = create_app(AppConfig(policies=policies or policy_dir, **config), tls=tls, view=view, cluster=cluster)
         server = await aiohttp_server(app, ssl=tls.context)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context()))
         sessions.append(session)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import __version__, certs
+from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PolicyError as exc:
         print(f"invalid policy:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    except GpuAdmissionError as exc:
+    except (GpuAdmissionError, ClusterConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FOUND
     except KeyboardInterrupt:
@@ -86,12 +87,48 @@ def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     gen.add_argument("--ip", action="append", default=[], help="extra IP address (repeatable)")
     gen.add_argument("--days", type=int, default=365)
     gen.set_defaults(func=_certs_generate)
+    for name, help_text in (
+        ("install", "create or renew the CA and serving Secrets and set the webhooks' caBundle (idempotent)"),
+        ("rotate", "issue a new serving certificate now (and a new CA with --rotate-ca or when due)"),
+    ):
+        cmd = csub.add_parser(name, help=help_text)
+        cmd.add_argument("--namespace", default="gpu-admission")
+        cmd.add_argument("--service", default="gpu-admission")
+        cmd.add_argument("--webhook-config", default="gpu-admission", help="name of both webhook configurations")
+        cmd.add_argument("--days", type=int, default=365, help="serving certificate lifetime")
+        cmd.add_argument("--renew-before-days", type=int, default=30)
+        cmd.add_argument("--kubeconfig")
+        cmd.add_argument("--context")
+        if name == "rotate":
+            cmd.add_argument("--rotate-ca", action="store_true", help="also a new CA (the old one stays trusted)")
+        cmd.set_defaults(func=_certs_cluster)
 
 
 def _certs_generate(args: argparse.Namespace) -> int:
     names = [*certs.service_names(args.service, args.namespace), *args.dns]
     ca, cert, key = certs.generate_files(args.out, names, args.ip, days=args.days)
     print(f"CA certificate: {ca}\nserving certificate: {cert}\nserving key: {key}")
+    return EXIT_OK
+
+
+def _certs_cluster(args: argparse.Namespace) -> int:
+    from webhook.cluster import bootstrap, load_api_client
+
+    api = load_api_client(args.kubeconfig, args.context)
+    if api is None:
+        raise ClusterConfigError("no cluster: set KUBECONFIG, pass --kubeconfig, or run in a pod")
+    settings = bootstrap.Settings(
+        namespace=args.namespace, service=args.service, webhook_config=args.webhook_config,
+        serving_days=args.days, renew_before_days=args.renew_before_days,
+    )
+    try:
+        if args.certs_command == "rotate":
+            report = bootstrap.rotate(api, settings, rotate_ca=args.rotate_ca)
+        else:
+            report = bootstrap.install(api, settings)
+    finally:
+        api.close()
+    print(report)
     return EXIT_OK
 
 

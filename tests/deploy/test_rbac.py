@@ -70,7 +70,7 @@ def test_no_role_under_deploy_has_wildcards_or_escalation_verbs() -> None:
 def test_certificate_job_may_touch_only_its_secret_and_webhook_configs() -> None:
     role = _grants(deploy_tree.one("Role", "gpu-admission-certs", docs=BOOTSTRAP)["rules"])
     assert role == {
-        ("", "secrets", ("gpu-admission-tls",)): {"get", "update", "patch"},
+        ("", "secrets", ("gpu-admission-ca", "gpu-admission-tls")): {"get", "update", "patch"},
         # Create cannot be limited by name in RBAC; the Role is namespaced.
         ("", "secrets", ()): {"create"},
     }
@@ -85,7 +85,7 @@ def test_certificate_job_may_touch_only_its_secret_and_webhook_configs() -> None
     assert sorted(_bound_roles("gpu-admission-certs")) == [
         ("ClusterRole", "gpu-admission-certs"), ("Role", "gpu-admission-certs")]
     # The Secret it writes is the one the server mounts.
-    assert ("", "secrets", ("gpu-admission-tls",)) in role
+    assert ("", "secrets", ("gpu-admission-ca", "gpu-admission-tls")) in role
 
 
 def test_certificate_job_runs_the_install_command() -> None:

@@ -27,11 +27,18 @@ class SelectorRequirement(Model):
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> SelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
+        check_values(self.operator, self.values)
         return self
+
+
+def check_values(operator: str, values: list[str]) -> None:
+    """The values a selector operator takes, as the Kubernetes API checks them."""
+    if operator in ("In", "NotIn") and not values:
+        raise ValueError(f"operator {operator} needs at least one value")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise ValueError(f"operator {operator} takes no values")
+    if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+        raise ValueError(f"operator {operator} needs exactly one integer value")
 
 
 class LabelSelector(Model):

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from webhook.policy.gpu import ResourceMatcher
-from webhook.policy.model import Model, Quantity, RuleBase, quantity_value
+from webhook.policy.model import Model, Quantity, RuleBase, check_values, quantity_value
 
 
 class NodeRequirement(Model):
@@ -23,12 +23,7 @@ class NodeRequirement(Model):
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> NodeRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
-        if self.operator in ("Gt", "Lt") and (len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()):
-            raise ValueError(f"operator {self.operator} needs exactly one integer value")
+        check_values(self.operator, self.values)
         return self
 
 

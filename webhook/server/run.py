@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
-from webhook import certs
+from webhook import certs, cluster
+from webhook.cluster import ClusterIndex
+from webhook.policy import view
+from webhook.server.metrics import Metrics
 from webhook.server.app import AppConfig, create_app
 from webhook.server.tls import ReloadingTLS
 
@@ -20,7 +24,11 @@ DEV_CERTS = Path("certs")
 def serve(args: argparse.Namespace) -> int:
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
-    app = create_app(AppConfig(policies=args.policies, reload_interval=args.reload_interval), tls=tls)
+    app = create_app(
+        AppConfig(policies=args.policies, reload_interval=args.reload_interval, freeze_gc_after_sync=True),
+        tls=tls,
+        cluster=_cluster_builder(args),
+    )
     log.info("serving on https://%s:%d with policies from %s", args.host, args.port, args.policies)
     web.run_app(
         app,
@@ -32,6 +40,19 @@ def serve(args: argparse.Namespace) -> int:
         print=None,
     )
     return 0
+
+
+def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterIndex] | None:
+    """The live cluster index, or None without a cluster (the rules then see an empty one)."""
+    if args.no_cluster:
+        log.info("--no-cluster: rules see an empty cluster")
+        return None
+    api_client = cluster.load_api_client(args.kubeconfig, args.context)
+    if api_client is None:
+        log.warning("no in-cluster credentials and no kubeconfig: rules see an empty cluster")
+        return None
+    log.info("cluster view: list+watch of %s", ", ".join(view.RESOURCES))
+    return lambda metrics: cluster.ClusterIndex(api_client, registry=metrics.registry)
 
 
 def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -1,0 +1,131 @@
+"""The server with a live cluster view behind it: the real kubernetes client against the fake API server."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster.builders import pod
+from tests.cluster.conftest import FAST
+from tests.conftest import StartWebhook, Webhook
+from tests.fakeapi import FakeApiServer
+from webhook.cluster import ClusterIndex
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def builder(api: FakeApiServer) -> Any:
+    return lambda metrics: ClusterIndex(api.api_client(), registry=metrics.registry, settings=FAST)
+
+
+def job_pod_review(uid: str = "u-1") -> dict[str, Any]:
+    obj = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "j-x", "namespace": "ml",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-1"}]},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "ml", "operation": "CREATE", "object": obj}}
+
+
+async def ready(hook: Webhook) -> tuple[int, str]:
+    async with hook.session.get(hook.base + "/readyz") as resp:
+        return resp.status, await resp.text()
+
+
+async def eventually(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_ready_only_after_the_cluster_view_synced(start_webhook: StartWebhook, api: FakeApiServer) -> None:
+    api.fail_next(6, status=500)  # the first lists fail; the index retries with backoff
+    hook = await start_webhook(cluster=builder(api))
+    status, text = await ready(hook)
+    if status == 503:
+        assert "cluster view not synced" in text
+
+    async def is_ready() -> bool:
+        return (await ready(hook))[0] == 200
+
+    await eventually(is_ready)
+    async with hook.session.get(hook.base + "/metrics") as resp:
+        metrics = await resp.text()
+    assert 'gpu_admission_cluster_synced{resource="pods"} 1.0' in metrics
+
+
+async def test_rules_see_live_cluster_changes(start_webhook: StartWebhook, api: FakeApiServer) -> None:
+    for name in ("gpu-training", "gpu-inference"):
+        api.add({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": 1})
+    api.add({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    hook = await start_webhook(cluster=builder(api))
+    await eventually(lambda: _is(ready(hook), 200))
+
+    denied = (await hook.review("/mutate", job_pod_review()))["response"]
+    assert not denied["allowed"]
+    assert "PriorityClass 'gpu-batch', which this cluster does not have" in denied["status"]["message"]
+
+    api.add({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "gpu-batch"}, "value": 1})
+
+    async def admitted() -> bool:
+        return bool((await hook.review("/mutate", job_pod_review()))["response"]["allowed"])
+
+    await eventually(admitted)
+
+
+async def _is(coro: Any, status: int) -> bool:
+    return bool((await coro)[0] == status)
+
+
+async def test_admission_does_not_wait_for_a_relist(start_webhook: StartWebhook, api: FakeApiServer) -> None:
+    api.add_many({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns{n}"}} for n in range(50))
+    api.add_many(pod(f"p{i}", f"ns{i % 50}") for i in range(8000))
+    index_holder: list[ClusterIndex] = []
+
+    def build(m: Metrics) -> ClusterIndex:
+        index_holder.append(ClusterIndex(api.api_client(), registry=m.registry, settings=FAST))
+        return index_holder[0]
+
+    hook = await start_webhook(cluster=build)
+    await eventually(lambda: _is(ready(hook), 200), timeout=60)
+    index = index_holder[0]
+    review = job_pod_review()
+
+    async def latencies(count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            await hook.review("/validate", review)
+            times.append(time.perf_counter() - start)
+        return times
+
+    quiet = await latencies(30)
+    relists = index.state("pods").relists
+    started = time.perf_counter()
+    api.compact()
+    api.expire_watches()  # the index must relist 8000 pods
+    during: list[float] = []
+    while index.state("pods").relists == relists or not index.synced():
+        during.extend(await latencies(5))
+        assert time.perf_counter() - started < 60
+    relist_seconds = time.perf_counter() - started
+    assert len(during) >= 5
+    # Reads never wait for the relist: no request takes a sizeable part of it.
+    # (Threads share the GIL, so a request may wait a scheduler slice, never the relist.)
+    assert max(during) < 0.5 * relist_seconds, (max(during), relist_seconds)
+    assert statistics.median(during) < 0.25 * relist_seconds
+    assert statistics.median(quiet) < 0.25 * relist_seconds
