@@ -42,10 +42,11 @@ def node_name(node: Object) -> str:
     return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
 
 
-def node_labels(node: Object) -> dict[str, str]:
+def node_labels(node: Object) -> Mapping[str, str]:
+    """The node's labels as served (not copied: this runs for every node on every request)."""
     meta = node.get("metadata")
     raw = meta.get("labels") if isinstance(meta, Mapping) else None
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    return raw if isinstance(raw, Mapping) else {}
 
 
 def allocatable(node: Object, resource: str) -> Decimal:

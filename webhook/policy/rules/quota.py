@@ -70,8 +70,12 @@ def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | N
         return None
     if cap.model not in ("*", "any") and not any(fnmatchcase(m, cap.model) for m in pod.models or ()):
         return None
+    return _group(cap, pod.namespace, ns_labels)
+
+
+def _group(cap: QuotaLimit, namespace: str, ns_labels: Mapping[str, str]) -> str | None:
     if cap.scope == "namespace":
-        return pod.namespace if match.name_matches(cap.namespaces, pod.namespace) else None
+        return namespace if match.name_matches(cap.namespaces, namespace) else None
     team = ns_labels.get(cap.teamLabel)
     return team if team and (not cap.teams or team in cap.teams) else None
 
@@ -85,10 +89,21 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         if not availability.known:
             severity.unavailable(ctx, cfg, availability.reason, "GPU quota")
             return
-    pods = list(_running_pods(ctx, cfg))
     labels_of = _namespace_labels(ctx)
-    for cap in caps:
-        group, counted = _covers(cap, me, ctx.ns_labels), _counted(cap)
+    groups = [(cap, _covers(cap, me, ctx.ns_labels)) for cap in caps]
+
+    seen: dict[str, bool] = {}
+
+    def relevant(namespace: str) -> bool:
+        if namespace not in seen:
+            seen[namespace] = any(_group(cap, namespace, labels_of(namespace)) == group for cap, group in groups)
+        return seen[namespace]
+
+    # only pods of the groups at stake are parsed: a large cluster has many
+    only_here = ctx.request.namespace if all(cap.scope == "namespace" for cap in caps) else None
+    pods = list(_running_pods(ctx, cfg, only_here, relevant, any(cap.model != "*" for cap in caps)))
+    for cap, group in groups:
+        counted = _counted(cap)
         used = sum((_amount(counted, p.gpus) for p in pods if _covers(cap, p, labels_of(p.namespace)) == group),
                    Decimal(0))
         ask = _amount(counted, me.gpus)
@@ -97,19 +112,25 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
                        f"{_qualifier(cap)}; this pod asks for {_n(ask)}", pointer(ctx.spec_path("containers")))
 
 
-def _running_pods(ctx: RuleContext, cfg: QuotaRule) -> Iterator[_Pod]:
-    """Pods that hold GPUs now: Pending or Running, not being deleted, not this pod."""
-    models_of = _node_models(ctx, cfg)
-    for pod in ctx.view.pods():
-        meta, spec, status = (_map(pod.get(k)) for k in ("metadata", "spec", "status"))
-        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+def _running_pods(
+    ctx: RuleContext, cfg: QuotaRule, namespace: str | None, relevant: Callable[[str], bool], with_models: bool
+) -> Iterator[_Pod]:
+    """Pods that hold GPUs now (Pending or Running, not being deleted, not this pod) of relevant namespaces."""
+    models_of = _node_models(ctx, cfg) if with_models else {}
+    for pod in ctx.view.pods(namespace):
+        meta = _map(pod.get("metadata"))
+        pod_namespace = str(meta.get("namespace") or "")
+        if not relevant(pod_namespace) or meta.get("deletionTimestamp"):
             continue
-        namespace = str(meta.get("namespace") or "")
-        if ctx.request.name and (namespace, meta.get("name")) == (ctx.request.namespace, ctx.request.name):
+        if ctx.request.name and (pod_namespace, meta.get("name")) == (ctx.request.namespace, ctx.request.name):
             continue
-        node = str(spec.get("nodeName") or "")
-        models = models_of.get(node) or scheduling.label_values(spec, cfg.modelLabel)
-        yield _Pod(namespace, models, str(spec.get("priorityClassName") or ""), gpu.pod_gpus(spec, ctx.is_gpu))
+        spec, status = _map(pod.get("spec")), _map(pod.get("status"))
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        models = None
+        if with_models:
+            models = models_of.get(str(spec.get("nodeName") or "")) or scheduling.label_values(spec, cfg.modelLabel)
+        yield _Pod(pod_namespace, models, str(spec.get("priorityClassName") or ""), gpu.pod_gpus(spec, ctx.is_gpu))
 
 
 def _node_models(ctx: RuleContext, cfg: QuotaRule) -> dict[str, frozenset[str]]:
@@ -117,7 +138,7 @@ def _node_models(ctx: RuleContext, cfg: QuotaRule) -> dict[str, frozenset[str]]:
     if not ctx.view.availability("nodes").known:
         return {}
     labelled = ((scheduling.node_name(n), scheduling.node_labels(n).get(cfg.modelLabel)) for n in ctx.view.nodes())
-    return {name: frozenset({model}) for name, model in labelled if model}
+    return {name: frozenset({str(model)}) for name, model in labelled if model}
 
 
 def _namespace_labels(ctx: RuleContext) -> Callable[[str], dict[str, str]]:
@@ -179,5 +200,5 @@ def _n(value: Decimal) -> str:
 
 
 def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
