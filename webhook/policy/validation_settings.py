@@ -3,26 +3,28 @@ quotas, CUDA versus driver. docs/validations.md documents each field."""
 
 from __future__ import annotations
 
-import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from webhook.policy.cuda import CudaVersion, DriverVersion
-from webhook.policy.model import LabelSelector, Model, RuleBase
+from webhook.policy.model import LabelSelector, Model, ResourceName, RuleBase
 
 #: what a policy wants done about a finding: nothing, a warning, or what the
 #: rule's mode says (a denial in enforce)
 Severity = Literal["allow", "warn", "deny"]
+Count = Annotated[int, Field(ge=0)]
 
-_RESOURCE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[-A-Za-z0-9_.]+)?\*?$")
+
+def _count_or_map(value: Any) -> str:
+    return "by-resource" if isinstance(value, dict) else "all"
 
 
-def _resource_names(values: list[str]) -> list[str]:
-    for value in values:
-        if not _RESOURCE.match(value):
-            raise ValueError(f"{value!r} is not a resource name (optionally ending in *)")
-    return values
+#: one cap for every resource, or resource (or "prefix*") → cap; errors name the form
+Caps = Annotated[
+    Annotated[Count, Tag("all")] | Annotated[dict[ResourceName, Count], Tag("by-resource")],
+    Discriminator(_count_or_map),
+]
 
 
 class ClusterRuleBase(RuleBase):
@@ -37,7 +39,7 @@ class ClusterRuleBase(RuleBase):
 class SharingSchemes(Model):
     """Vendor GPU-sharing schemes: resources and pod annotations that ask for part of a GPU."""
 
-    resources: list[str] = Field(
+    resources: list[ResourceName] = Field(
         default=[
             "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage",
             "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage",
@@ -49,33 +51,17 @@ class SharingSchemes(Model):
     allowed: list[str] = Field(default=[], description="resources / annotation keys of schemes this cluster runs")
     otherwise: Severity = Field(default="warn", description="for a scheme not in allowed")
 
-    @field_validator("resources")
-    @classmethod
-    def _names(cls, values: list[str]) -> list[str]:
-        return _resource_names(values)
-
 
 class ResourceShapeRule(RuleBase):
     """GPU requests the API server or the scheduler would refuse, found before pods exist."""
 
     initOnly: Severity = Field(default="warn", description="GPUs requested by init containers only")
-    maxPerPod: int | dict[str, int] | None = Field(
+    maxPerPod: Caps | None = Field(
         default=None, description='a cap for every GPU resource, or resource (or "prefix*") → cap'
     )
     nodeCapacity: bool = Field(default=True, description="deny more GPUs than the largest node offers (nodes known)")
     migProfiles: list[str] = Field(default=[], description="allowed MIG profiles such as 1g.10gb; empty: every valid one")
     sharingSchemes: SharingSchemes = SharingSchemes()
-
-    @field_validator("maxPerPod")
-    @classmethod
-    def _caps(cls, value: int | dict[str, int] | None) -> int | dict[str, int] | None:
-        caps = value if isinstance(value, dict) else {"*": value} if value is not None else {}
-        for name, cap in caps.items():
-            if cap < 0:
-                raise ValueError(f"{name}: a cap cannot be negative")
-            if name != "*":
-                _resource_names([name])
-        return value
 
 
 class QuotaLimit(Model):
@@ -85,15 +71,10 @@ class QuotaLimit(Model):
     namespaces: list[str] = Field(default=[], description="namespace scope: globs, each namespace capped alone; empty: all")
     teamLabel: str = Field(default="team", min_length=1, description="team scope: namespace label naming the team")
     teams: list[str] = Field(default=[], description="team scope: label values this cap covers; empty: every team")
-    resource: str = Field(default="nvidia.com/gpu", description='a resource name or "prefix*"')
+    resource: ResourceName = Field(default="nvidia.com/gpu", description='a resource name or "prefix*"')
     model: str = Field(default="*", description='"*": every pod; "any": pods that target no model; else a glob')
     priorityClasses: list[str] = Field(default=[], description="only pods of these priority classes; empty: all")
-    max: int = Field(ge=0)
-
-    @field_validator("resource")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _resource_names([value])[0]
+    max: Count
 
 
 class QuotaRule(ClusterRuleBase):
