@@ -124,8 +124,11 @@ async def test_admission_does_not_wait_for_a_relist(start_webhook: StartWebhook,
         assert time.perf_counter() - started < 60
     relist_seconds = time.perf_counter() - started
     assert len(during) >= 5
-    # Reads never wait for the relist: no request takes a sizeable part of it.
-    # (Threads share the GIL, so a request may wait a scheduler slice, never the relist.)
-    assert max(during) < 0.5 * relist_seconds, (max(during), relist_seconds)
-    assert statistics.median(during) < 0.25 * relist_seconds
-    assert statistics.median(quiet) < 0.25 * relist_seconds
+    # Requests never wait for the relist: nearly all take a tiny part of it.
+    # (Threads share the GIL and the garbage collector, so single requests may
+    # wait a scheduler slice or a collection; `serve` freezes the GC after the
+    # first sync for that reason. This process also holds the fake's objects.)
+    p90 = sorted(during)[int(len(during) * 0.9)]
+    assert p90 < 0.1 * relist_seconds, (p90, relist_seconds)
+    assert statistics.median(during) < 0.05 * relist_seconds
+    assert statistics.median(quiet) < 0.05 * relist_seconds
