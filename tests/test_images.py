@@ -117,7 +117,7 @@ def test_annotations_then_policy_map_then_tag() -> None:
 
 
 def test_unknown_cuda_says_why() -> None:
-    assert images.infer("c", "vllm/vllm-openai:v0.6.3", {}) == "no CUDA version known for image vllm/vllm-openai:v0.6.3"
+    assert images.infer("c", "vllm/vllm-openai:v0.6.3", {}) == "no CUDA version known for its image"
     bad = images.infer("c", "x", {images.ANNOTATION: "twelve"})
     assert isinstance(bad, str) and "'twelve' is not a CUDA version" in bad
 

@@ -134,7 +134,7 @@ def infer(
     from_tag = from_image(image)
     if from_tag is not None:
         return from_tag
-    return f"no CUDA version known for image {image or '(none)'}"
+    return "no CUDA version known for its image"
 
 
 def from_image(image: str) -> Inferred | None:

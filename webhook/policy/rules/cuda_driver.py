@@ -76,7 +76,9 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
             forward = cfg.forwardCompat is not None and any(fnmatchcase(image, g) for g in cfg.forwardCompat.images)
             needs.append(_Need(ref, found.version, found.source, driver, forward))
         elif report:
-            why = (f"{found}; set annotation {images.ANNOTATION}[.{ref.name}]" if isinstance(found, str) else
+            # the image goes last: kube-apiserver cuts warnings at 256 characters
+            why = (f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
+                   if isinstance(found, str) else
                    f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers")
             severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {why}", _field(ctx, ref))
     return needs
