@@ -2,16 +2,19 @@
 
 Manifests come from files, folders (recursively) or stdin (``-``), several
 documents per file, ``List`` kinds flattened (so Helm and kustomize output
-work). Cluster facts come from ``--cluster-state`` files (``kubectl get
-nodes,namespaces,pods,resourcequotas,priorityclasses,runtimeclasses -A -o
-yaml``). Each object is mutated as the mutating webhook would, then
-validated, as kube-apiserver would call the two webhooks.
+work). A document that is not valid YAML is reported and skipped; the
+others are still audited. Cluster facts come from ``--cluster-state`` files
+(``kubectl get nodes,namespaces,pods,resourcequotas,priorityclasses,runtimeclasses
+-A -o yaml``, or API ``NodeList``/``PodList`` responses). Each object is
+mutated as the mutating webhook would, then validated, as kube-apiserver
+would call the two webhooks.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ from webhook.errors import ManifestError
 from webhook.policy import engine, loader
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.policy.view import RESOURCES, SnapshotView
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -51,6 +54,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--policies", type=Path, default=Path("policies"))
     p.add_argument("--cluster-state", action="append", default=[], type=Path,
                    help="YAML/JSON of nodes, namespaces, pods, quotas, classes (repeatable)")
+    p.add_argument("--complete", action="append", default=[], choices=RESOURCES, metavar="RESOURCE",
+                   help="treat RESOURCE (e.g. pods) as fully listed by the cluster-state files even "
+                        "when they hold none of it (repeatable)")
     p.add_argument("--namespace", help="namespace for objects that name none (default: default)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=run)
@@ -58,13 +64,28 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     policies = loader.load_directory(args.policies)
-    view = SnapshotView.from_objects(_documents_of(args.cluster_state))
+    view = load_cluster_state(args.cluster_state, complete=args.complete)
+    problems: list[str] = []
     results = [
-        r for source, obj in read_manifests(args.paths)
-        if (r := audit_object(policies, view, source, obj, namespace=args.namespace)) is not None
+        result
+        for source, obj in read_manifests(args.paths, problems)
+        if (result := audit_object(policies, view, source, obj, namespace=args.namespace)) is not None
     ]
     sys.stdout.write(render_json(results) if args.format == "json" else render_text(results))
-    return 1 if any(r.denied for r in results) else 0
+    for problem in problems:
+        print(f"skipped: {problem}", file=sys.stderr)
+    return 1 if problems or any(r.denied for r in results) else 0
+
+
+def load_cluster_state(files: Iterable[Path], complete: Iterable[str] = ()) -> SnapshotView:
+    """A snapshot of the objects in ``files``; a broken file is an error, not a gap."""
+    documents: list[Any] = []
+    for file in files:
+        problems: list[str] = []
+        documents.extend(parse_documents(str(file), file.read_text(encoding="utf-8"), problems))
+        if problems:
+            raise ManifestError(problems[0])
+    return SnapshotView.from_objects(documents, known=complete)
 
 
 def audit_object(
@@ -80,27 +101,49 @@ def audit_object(
     return Result(source, request.subject, mutation, validation)
 
 
-def read_manifests(paths: Iterable[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def read_manifests(paths: Iterable[str], problems: list[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Objects of every manifest; documents that do not parse go to ``problems``."""
     for raw in paths:
         if raw == "-":
-            yield from _objects("<stdin>", sys.stdin.read())
+            yield from _objects("<stdin>", sys.stdin.read(), problems)
             continue
         path = Path(raw)
         if not path.exists():
             raise ManifestError(f"{path}: no such file or folder")
         files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES) if path.is_dir() else [path]
         for file in files:
-            yield from _objects(str(file), file.read_text(encoding="utf-8"))
+            yield from _objects(str(file), file.read_text(encoding="utf-8"), problems)
 
 
-def _objects(source: str, text: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{source}: invalid YAML: {exc}") from exc
-    for doc in docs:
+def _objects(source: str, text: str, problems: list[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for doc in parse_documents(source, text, problems):
         for obj in _flatten(doc):
             yield source, obj
+
+
+_SEPARATOR = re.compile(r"^---(?=\s|$)", re.M)
+
+
+def parse_documents(source: str, text: str, problems: list[str]) -> list[Any]:
+    """Every YAML document of ``text``; when one is broken, the others still parse.
+
+    PyYAML stops at the first error, so a broken stream is split at its
+    ``---`` separators and each document parsed on its own.
+    """
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError:
+        pass
+    documents: list[Any] = []
+    chunks = [c for c in _SEPARATOR.split(text) if c.strip()]
+    for index, chunk in enumerate(chunks, start=1):
+        try:
+            documents.extend(yaml.safe_load_all(chunk))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f", line {mark.line + 1} of the document" if mark is not None else ""
+            problems.append(f"{source}: document {index}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}")
+    return documents
 
 
 def _flatten(doc: Any) -> Iterator[Mapping[str, Any]]:
@@ -111,13 +154,6 @@ def _flatten(doc: Any) -> Iterator[Mapping[str, Any]]:
             yield from _flatten(item)
     elif "kind" in doc:
         yield doc
-
-
-def _documents_of(files: Iterable[Path]) -> list[Mapping[str, Any]]:
-    objects: list[Mapping[str, Any]] = []
-    for file in files:
-        objects.extend(obj for _, obj in _objects(str(file), file.read_text(encoding="utf-8")))
-    return objects
 
 
 def render_text(results: list[Result]) -> str:

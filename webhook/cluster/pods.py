@@ -21,7 +21,8 @@ GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.
 GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-", "gpu.intel.com/")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences")
+# deletionTimestamp: quota usage skips pods on their way out
+_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
 _SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName")
 
 

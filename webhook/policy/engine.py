@@ -17,10 +17,13 @@ from webhook.policy.loader import PolicySet
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
+    cuda_driver,
     gpu_visibility,
     node_affinity,
     notebook_lifetime,
     priority_class,
+    quota,
+    resource_shape,
     runtime_class,
     security_context,
     shm,
@@ -53,6 +56,11 @@ RULES: tuple[_Rule, ...] = (
     _Rule("spreadReplicas", spread_replicas.PHASES, spread_replicas.run),
     _Rule("trainingLocality", training_locality.PHASES, training_locality.run),
     _Rule("notebookLifetime", notebook_lifetime.PHASES, notebook_lifetime.run),
+    # validations (issue #5); cudaDriver last: its steering sees the pod as
+    # the other mutations left it
+    _Rule("resourceShape", resource_shape.PHASES, resource_shape.run),
+    _Rule("quota", quota.PHASES, quota.run),
+    _Rule("cudaDriver", cuda_driver.PHASES, cuda_driver.run),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Annotated, Literal
 
@@ -70,3 +71,16 @@ def quantity_value(value: str) -> Decimal:
     parsed = quantity.parse_quantity(value)
     assert parsed is not None
     return parsed
+
+
+_RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[-A-Za-z0-9_.]+)?\*?$")
+
+
+def _valid_resource_name(value: str) -> str:
+    if not _RESOURCE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a resource name (optionally ending in *)")
+    return value
+
+
+#: a resource name ("nvidia.com/gpu"), or a prefix pattern ending in * ("nvidia.com/mig-*")
+ResourceName = Annotated[str, AfterValidator(_valid_resource_name)]

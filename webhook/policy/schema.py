@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from webhook.policy import mutation_settings
-from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement
+from webhook.policy import mutation_settings, validation_settings
+from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement, ResourceName
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
 
@@ -28,7 +28,6 @@ API_VERSION = "gpu-admission.io/v1alpha1"
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_RESOURCE_PATTERN = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[-A-Za-z0-9_.]+)?\*?$")
 
 
 class Metadata(Model):
@@ -108,6 +107,9 @@ class Rules(Model):
     """The rules a policy runs, in this order. A rule left out does not run."""
 
     tolerations: TolerationsRule | None = None
+    resourceShape: validation_settings.ResourceShapeRule | None = None
+    quota: validation_settings.QuotaRule | None = None
+    cudaDriver: validation_settings.CudaDriverRule | None = None
     nodeAffinity: mutation_settings.NodeAffinityRule | None = None
     runtimeClass: mutation_settings.RuntimeClassRule | None = None
     priorityClass: mutation_settings.PriorityClassRule | None = None
@@ -127,18 +129,10 @@ class GPUPolicySpec(Model):
     order: int = Field(default=100, description="lower runs first; ties run by name")
     match: Match = Match()
     exclude: Exclude | None = None
-    gpuResources: list[str] = Field(
+    gpuResources: list[ResourceName] = Field(
         default=[], description="resource names counted as GPUs besides the built-in NVIDIA ones"
     )
     rules: Rules = Rules()
-
-    @field_validator("gpuResources")
-    @classmethod
-    def _resource_names(cls, values: list[str]) -> list[str]:
-        for value in values:
-            if not _RESOURCE_PATTERN.match(value):
-                raise ValueError(f"{value!r} is not a resource name (optionally ending in *)")
-        return values
 
 
 class GPUPolicy(Model):

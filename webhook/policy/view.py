@@ -9,7 +9,8 @@ Kubernetes objects such as ``kubectl get nodes -o yaml`` prints.
 
 Objects are plain dicts in the Kubernetes JSON shape. Pods handed out by a
 view may be trimmed to the fields quota and scheduling checks read:
-metadata (name, namespace, uid, labels, annotations, ownerReferences),
+metadata (name, namespace, uid, labels, annotations, ownerReferences,
+deletionTimestamp),
 spec (nodeName, nodeSelector, affinity, tolerations, priorityClassName,
 containers[].name/resources, initContainers[].name/resources) and
 status.phase.

@@ -1,0 +1,136 @@
+"""Image → CUDA inference, with the NGC and TensorFlow tables checked against FACTS.md §4."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.facts import section, table_rows
+from webhook.policy import images
+from webhook.policy.cuda import CudaVersion
+
+
+def _months(first: str, last: str) -> list[str]:
+    """"23.12", "24.02" → ["23.12", "24.01", "24.02"]."""
+    y, m = (int(p) for p in first.split("."))
+    end = tuple(int(p) for p in last.split("."))
+    out = []
+    while (y, m) <= end:
+        out.append(f"{y:02d}.{m:02d}")
+        y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+    return out
+
+
+def facts_ngc() -> list[tuple[str, str, str]]:
+    ranges = []
+    for cells in table_rows(section(4)):
+        for rel, cuda in zip(cells[0::2], cells[1::2]):
+            if rel:
+                first, _, last = rel.partition("–")
+                ranges.append((first, last or first, cuda))
+    return ranges
+
+
+def facts_tensorflow() -> list[tuple[str, str, str]]:
+    line = next(l for l in section(4).split("\n- ") if l.startswith("`tensorflow/tensorflow"))
+    return [(a, b or a, c) for a, b, c in re.findall(r"(\d+\.\d+)(?:–(\d+\.\d+))?→(\d+\.\d+)", line)]
+
+
+NGC = facts_ngc()
+NGC_RELEASES = [(rel, cuda) for first, last, cuda in NGC for rel in _months(first, last)]
+
+
+def test_facts_tables_were_read() -> None:
+    assert len(NGC) == 29 and ("23.12", "24.02", "12.3.2") in NGC
+    assert len(facts_tensorflow()) == 5
+
+
+def test_ngc_table_is_the_facts_table() -> None:
+    assert sorted(images.NGC_RELEASES) == sorted(NGC)
+
+
+@pytest.mark.parametrize(("release", "cuda"), NGC_RELEASES, ids=[r for r, _ in NGC_RELEASES])
+def test_ngc_release_row_by_row(release: str, cuda: str) -> None:
+    assert images.ngc_cuda(release) == CudaVersion.parse(cuda)
+    inferred = images.from_image(f"nvcr.io/nvidia/pytorch:{release}-py3")
+    assert inferred is not None and inferred.version == CudaVersion.parse(cuda)
+
+
+@pytest.mark.parametrize("release", ["21.12", "26.01", "22.13"])
+def test_ngc_releases_outside_the_table_are_unknown(release: str) -> None:
+    assert images.ngc_cuda(release) is None
+    assert images.from_image(f"nvcr.io/nvidia/tritonserver:{release}-py3") is None
+
+
+def test_tensorflow_table_is_the_facts_table() -> None:
+    assert sorted(images.TENSORFLOW_RELEASES) == sorted(facts_tensorflow())
+    for first, last, cuda in facts_tensorflow():
+        for minor in range(int(first.split(".")[1]), int(last.split(".")[1]) + 1):
+            inferred = images.from_image(f"tensorflow/tensorflow:2.{minor}.0-gpu")
+            assert inferred is not None and inferred.version == CudaVersion.parse(cuda)
+
+
+@pytest.mark.parametrize(
+    ("image", "cuda"),
+    [
+        ("nvidia/cuda:12.4.1-base-ubuntu22.04", "12.4.1"),
+        ("nvidia/cuda:12.0-base", "12.0"),
+        ("docker.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04", "11.8.0"),
+        ("nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04", "12.2.0"),
+        ("mirror.example.com:5000/nvidia/cuda:13.0.1-runtime-ubuntu24.04", "13.0.1"),
+        ("pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime", "12.1"),
+        ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-devel", "12.4"),
+        ("nvcr.io/nvidia/pytorch:24.05-py3", "12.4.1"),
+        ("nvcr.io/nvidia/tritonserver:24.01-py3", "12.3.2"),
+        ("nvcr.io/nvidia/nemo:25.04.01", "12.9.0"),
+        ("tensorflow/tensorflow:2.15.0-gpu-jupyter", "12.2"),
+        ("nvidia/cuda", None),  # no tag
+        ("nvidia/cuda@sha256:0123abcd", None),
+        ("pytorch/pytorch:latest", None),
+        ("tensorflow/tensorflow:latest-gpu", None),
+        ("tensorflow/tensorflow:1.4.1-gpu-py3", None),
+        ("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04", None),
+        ("nvcr.io/nvidia/gpu-operator:v24.3.0", None),
+        ("vllm/vllm-openai:v0.6.3", None),
+        ("busybox:1.36", None),
+        ("", None),
+    ],
+)
+def test_cuda_from_image_tags(image: str, cuda: str | None) -> None:
+    inferred = images.from_image(image)
+    assert (str(inferred.version) if inferred else None) == cuda
+
+
+def test_annotations_then_policy_map_then_tag() -> None:
+    image = "nvcr.io/nvidia/pytorch:24.05-py3"
+    rules = [("nvcr.io/nvidia/pytorch:*", "12.2")]
+    both = {images.ANNOTATION: "12.3", f"{images.ANNOTATION}.trainer": "12.1.1"}
+    found = images.infer("trainer", image, both, rules)
+    assert isinstance(found, images.Inferred) and str(found.version) == "12.1.1"
+    found = images.infer("other", image, both, rules)
+    assert isinstance(found, images.Inferred) and str(found.version) == "12.3" and "annotation" in found.source
+    found = images.infer("other", image, {}, rules)
+    assert isinstance(found, images.Inferred) and str(found.version) == "12.2" and "policy" in found.source
+    found = images.infer("other", image, {}, [])
+    assert isinstance(found, images.Inferred) and str(found.version) == "12.4.1"
+
+
+def test_unknown_cuda_says_why() -> None:
+    assert images.infer("c", "vllm/vllm-openai:v0.6.3", {}) == "no CUDA version known for its image"
+    bad = images.infer("c", "x", {images.ANNOTATION: "twelve"})
+    assert isinstance(bad, str) and "'twelve' is not a CUDA version" in bad
+
+
+@pytest.mark.parametrize(
+    ("image", "registry", "repository", "tag"),
+    [
+        ("busybox", "docker.io", "library/busybox", ""),
+        ("nvidia/cuda:12.4.1-base", "docker.io", "nvidia/cuda", "12.4.1-base"),
+        ("localhost:5000/team/app:1.0", "localhost:5000", "team/app", "1.0"),
+        ("nvcr.io/nvidia/pytorch:24.05-py3@sha256:abc", "nvcr.io", "nvidia/pytorch", "24.05-py3"),
+        ("index.docker.io/pytorch/pytorch", "docker.io", "pytorch/pytorch", ""),
+    ],
+)
+def test_image_references(image: str, registry: str, repository: str, tag: str) -> None:
+    assert images.ImageRef.parse(image) == images.ImageRef(registry, repository, tag)

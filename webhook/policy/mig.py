@@ -1,0 +1,43 @@
+"""MIG profiles: which ``nvidia.com/mig-<profile>`` resource names name a real device.
+
+Source: FACTS.md §3 (NVIDIA MIG user guide, supported profiles). Under the
+mixed strategy the device plugin advertises one resource per profile and
+spells ``+me`` (media extensions) as ``.me``.
+"""
+
+from __future__ import annotations
+
+MIG_PREFIX = "nvidia.com/mig-"
+
+#: GPU → its profiles with the most instances of each that fit on one GPU.
+PROFILES: dict[str, dict[str, int]] = {
+    "A100-40GB": {
+        "1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1,
+    },
+    "A100-80GB, H100-80GB": {
+        "1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1,
+    },
+    "H100-94GB / H100 NVL": {
+        "1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.47gb": 2, "4g.47gb": 1, "7g.94gb": 1,
+    },
+    "H200-141GB": {
+        "1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1,
+    },
+}
+
+
+def resource_profile(profile: str) -> str:
+    """The profile as the resource name spells it: ``1g.10gb+me`` → ``1g.10gb.me``."""
+    return profile.replace("+me", ".me")
+
+
+def valid_profiles() -> frozenset[str]:
+    """Every known profile, spelt as in resource names."""
+    return frozenset(resource_profile(p) for gpu in PROFILES.values() for p in gpu)
+
+
+def profile_of(resource: str) -> str | None:
+    """``nvidia.com/mig-1g.10gb`` → ``1g.10gb``; None for other resources."""
+    if not resource.startswith(MIG_PREFIX):
+        return None
+    return resource[len(MIG_PREFIX):]

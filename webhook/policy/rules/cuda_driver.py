@@ -1,0 +1,193 @@
+"""CUDA versus driver: an image whose CUDA is newer than the driver of every node the pod
+could land on fails at start ("CUDA driver version is insufficient", or the container
+toolkit's "unsatisfied condition: cuda>=X.Y") after it waited for, and held, a GPU.
+
+validate: infer each GPU container's CUDA (webhook.policy.images), find the
+nodes the pod could land on (webhook.policy.scheduling), read their drivers
+from GFD labels (webhook.policy.cuda) and report when none, or only some,
+can run it. mutate (``partial: steer``, Pods only): when only some can, AND
+a required node-affinity expression on the driver label into the pod, so it
+lands only where it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from webhook.policy import affinity, cuda, gpu, images, match, scheduling, severity
+from webhook.policy.context import RuleContext
+from webhook.policy.patch import pointer
+from webhook.policy.validation_settings import CudaDriverRule
+
+PHASES = ("mutate", "validate")
+
+Node = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Need:
+    """One GPU container's CUDA and the oldest driver that runs it."""
+
+    ref: gpu.ContainerRef
+    version: cuda.CudaVersion
+    source: str
+    driver: cuda.DriverVersion
+    forward: bool  # the image ships cuda-compat (policy opt-in)
+
+
+@dataclass
+class _Nodes:
+    """The nodes the pod could land on, sorted by whether their driver runs it."""
+
+    eligible: list[Node] = field(default_factory=list)
+    capable: list[Node] = field(default_factory=list)
+    incapable: list[Node] = field(default_factory=list)
+    unlabelled: list[Node] = field(default_factory=list)
+
+
+def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
+    if ctx.phase == "mutate":
+        if cfg.partial == "steer" and ctx.target.is_pod:
+            _steer(ctx, cfg)
+        return
+    needs = _needs(ctx, cfg, report=True)
+    if not needs:
+        return
+    availability = ctx.view.availability("nodes")
+    if not availability.known:
+        severity.unavailable(ctx, cfg, availability.reason, "CUDA against node drivers")
+        return
+    _judge(ctx, cfg, needs, _sort_nodes(ctx, cfg, needs))
+
+
+def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need]:
+    annotations = _annotations(ctx)
+    rules = [(entry.image, entry.cuda) for entry in cfg.images]
+    index = cuda.strict_index(cfg.minDrivers)
+    needs = []
+    for ref in ctx.gpu_containers():
+        image = str(ref.container.get("image") or "")
+        found = images.infer(ref.name, image, annotations, rules)
+        driver = cuda.min_driver(found.version, cfg.compatibility, index) if isinstance(found, images.Inferred) else None
+        if isinstance(found, images.Inferred) and driver is not None:
+            forward = cfg.forwardCompat is not None and any(fnmatchcase(image, g) for g in cfg.forwardCompat.images)
+            needs.append(_Need(ref, found.version, found.source, driver, forward))
+        elif report:
+            # the image goes last: kube-apiserver cuts warnings at 256 characters
+            why = (f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
+                   if isinstance(found, str) else
+                   f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers")
+            severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {why}", _field(ctx, ref))
+    return needs
+
+
+def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
+    asks = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if c > 0}
+    result = _Nodes(eligible=scheduling.eligible_nodes(ctx.spec, ctx.view.nodes(), asks, _implied_tolerations(ctx, cfg)))
+    for node in result.eligible:
+        driver = cuda.node_driver(scheduling.node_labels(node))
+        if driver is None:
+            result.unlabelled.append(node)
+        elif all(_runs(cfg, need, node, driver) for need in needs):
+            result.capable.append(node)
+        else:
+            result.incapable.append(node)
+    return result
+
+
+def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersion) -> bool:
+    if need.driver <= driver:
+        return True
+    compat = cfg.forwardCompat
+    return (
+        compat is not None
+        and need.forward
+        and driver.parts[0] in compat.driverBranches
+        and match.selector_matches(compat.nodes, scheduling.node_labels(node))
+    )
+
+
+def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
+    """Tolerations the pod will have that its spec may not show yet."""
+    implied: list[Mapping[str, Any]] = []
+    if ctx.request.kind == "DaemonSet":
+        implied.extend(scheduling.DAEMONSET_TOLERATIONS)
+    if not ctx.target.is_pod:
+        # a template's pods get the GPU tolerations when they are created
+        # (this webhook's mutation, or the ExtendedResourceToleration plugin)
+        implied.extend({"key": key, "operator": "Exists"} for key in cfg.templateTolerates)
+    return implied
+
+
+def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes: _Nodes) -> None:
+    top = max(needs, key=lambda n: n.driver)
+    where, path = ctx.where(top.ref), _field(ctx, top.ref)
+    wants = f"CUDA {top.version} ({top.source}) needs driver >= {top.driver}"
+    known = [*nodes.capable, *nodes.incapable]
+    audit = severity.weaker(ctx.mode, "audit")
+    if not nodes.eligible:
+        ctx.report(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
+                   "requests, so no driver was checked", path, mode=audit)
+    elif not known:
+        ctx.report(f"{where}: {wants}; none of the {len(nodes.eligible)} nodes it could land on has a "
+                   "driver-version label (GPU Feature Discovery), so none was checked", path, mode=audit)
+    elif not nodes.capable:
+        newest = max(_driver(n) for n in nodes.incapable)
+        message = (f"{where}: {wants}; the newest driver on the {len(known)} node(s) it could land on is "
+                   f"{newest}{_runs_up_to(newest, cfg)}")
+        severity.report(ctx, "warn" if nodes.unlabelled else "deny", message, path)
+    elif nodes.incapable:
+        _partial(ctx, cfg, f"{where}: {wants}; only {len(nodes.capable)} of {len(known)} node(s) it could "
+                 f"land on have it ({_drivers(nodes.incapable)} on the others)", path)
+
+
+def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> None:
+    if cfg.partial != "steer":
+        severity.report(ctx, cfg.partial, f"{message}; pin it with node affinity on {cuda.DRIVER_FULL}", path)
+    elif ctx.target.is_pod:
+        # steering would have removed the other nodes: the mutating webhook did
+        # not run, or the capable nodes lack the full driver-version label
+        severity.report(ctx, "warn", f"{message}, and it was not steered onto them", path)
+    else:
+        ctx.report(f"{message}; its pods will be steered onto them", path, mode=severity.weaker(ctx.mode, "audit"))
+
+
+def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
+    needs = _needs(ctx, cfg, report=False)
+    if not needs or not ctx.view.availability("nodes").known:
+        return
+    nodes = _sort_nodes(ctx, cfg, needs)
+    values = sorted({scheduling.node_labels(n).get(cuda.DRIVER_FULL, "") for n in nodes.capable} - {""})
+    if not nodes.incapable or not values:
+        return
+    wanted = {"key": cuda.DRIVER_FULL, "operator": "In", "values": values}
+    if affinity.require(ctx.builder, ctx.target.spec_path, wanted).added:
+        ctx.changed("nodeAffinity")
+
+
+def _driver(node: Node) -> cuda.DriverVersion:
+    driver = cuda.node_driver(scheduling.node_labels(node))
+    assert driver is not None  # only called on nodes sorted by their driver
+    return driver
+
+
+def _drivers(nodes: Sequence[Node]) -> str:
+    return ", ".join(str(d) for d in sorted({_driver(n) for n in nodes}, reverse=True))
+
+
+def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
+    newest = cuda.newest_supported(driver, cuda.strict_index(cfg.minDrivers))
+    return f", which runs CUDA <= {newest}: use an image built for it or target newer nodes" if newest else ""
+
+
+def _annotations(ctx: RuleContext) -> dict[str, str]:
+    meta = ctx.meta if ctx.target.meta_path is not None else (ctx.request.object or {}).get("metadata")
+    raw = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+def _field(ctx: RuleContext, ref: gpu.ContainerRef) -> str:
+    return pointer(ctx.spec_path(ref.list_name, ref.index, "image"))

@@ -1,0 +1,136 @@
+"""GPU resource shape: GPU requests that cannot work, found in pods and in every pod template.
+
+kube-apiserver refuses a fractional, requests-only or overcommitted extended
+resource on a Pod, but never looks inside a Deployment's or a custom
+resource's template: there the failure shows up later, as pods that never
+appear. This rule says so at apply time, with where and what to write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+
+from webhook.policy import gpu, mig, quantity, scheduling, severity
+from webhook.policy.context import RuleContext
+from webhook.policy.patch import pointer
+from webhook.policy.validation_settings import ResourceShapeRule
+
+PHASES = ("validate",)
+
+
+def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
+    sharing = gpu.ResourceMatcher.of(cfg.sharingSchemes.resources)
+    refs = list(gpu.containers(ctx.spec))
+    for ref in refs:
+        _check_container(ctx, cfg, ref, sharing)
+    annotations = ctx.meta.get("annotations")
+    for key in cfg.sharingSchemes.annotations:
+        if isinstance(annotations, Mapping) and key in annotations:
+            path = pointer((*(ctx.target.meta_path or ()), "annotations", key))
+            _check_scheme(ctx, cfg, key, ctx.where(field_path="metadata.annotations"), path)
+    _check_init_only(ctx, cfg, refs)
+    counts = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if not sharing(n)}
+    _check_max(ctx, cfg, counts)
+    if cfg.nodeCapacity and counts and ctx.view.availability("nodes").known:
+        _check_node_capacity(ctx, counts)
+
+
+def _check_container(
+    ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, sharing: gpu.ResourceMatcher
+) -> None:
+    named = {*gpu.resource_map(ref.container, "limits"), *gpu.resource_map(ref.container, "requests")}
+    for name in sorted(str(n) for n in named if ctx.is_gpu(str(n)) or sharing(str(n))):
+        _check_quantities(ctx, ref, name)
+        if sharing(name):
+            _check_scheme(ctx, cfg, name, ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources"))
+        elif mig.profile_of(name) is not None:
+            _check_mig(ctx, cfg, ref, name)
+
+
+def _pointer(ctx: RuleContext, *rest: str | int) -> str:
+    return pointer(ctx.spec_path(*rest))
+
+
+def _check_quantities(ctx: RuleContext, ref: gpu.ContainerRef, name: str) -> None:
+    raw = {f: gpu.resource_map(ref.container, f).get(name) for f in ("limits", "requests")}
+    values: dict[str, Decimal | None] = {}
+    for field, text in raw.items():
+        if text is None:
+            continue
+        where, path = ctx.where(ref, f"resources.{field}"), _pointer(ctx, ref.list_name, ref.index, "resources", field, name)
+        value = values[field] = quantity.parse_quantity(text)
+        if value is None or value < 0:
+            ctx.report(f"{where}: {name}: {text!r} is not a valid quantity; ask for a whole number of devices", path)
+        elif not quantity.is_whole(value):
+            ctx.report(f"{where}: {name} is {text}, a fraction; GPUs are whole devices: ask for an integer "
+                       "(share GPUs through MIG or time-slicing)", path)
+    if "requests" in values and "limits" not in values:
+        ctx.report(f"{ctx.where(ref, 'resources.requests')}: {name} is requested ({raw['requests']}) without a "
+                   f"limit; set limits.{name}: {raw['requests']} (GPUs are allocated by limit)",
+                   _pointer(ctx, ref.list_name, ref.index, "resources", "limits"))
+    elif "requests" in values and values["requests"] != values["limits"]:
+        ctx.report(f"{ctx.where(ref, 'resources')}: {name} request {raw['requests']} differs from limit "
+                   f"{raw['limits']}; GPUs cannot be overcommitted: make them equal",
+                   _pointer(ctx, ref.list_name, ref.index, "resources", "requests", name))
+
+
+def _check_mig(ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, name: str) -> None:
+    profile = mig.profile_of(name) or ""
+    allowed = [mig.resource_profile(p) for p in cfg.migProfiles]
+    where, path = ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources")
+    if profile not in mig.valid_profiles() and profile not in allowed:
+        ctx.report(f"{where}: {name} is not a MIG profile (e.g. nvidia.com/mig-1g.10gb; "
+                   "+me is spelt .me)", path)
+    elif allowed and profile not in allowed:
+        ctx.report(f"{where}: {name} is not an allowed MIG profile; the policy allows {', '.join(allowed)}", path)
+
+
+def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: str, path: str) -> None:
+    schemes = cfg.sharingSchemes
+    if gpu.ResourceMatcher.of(schemes.allowed)(name):
+        return
+    allowed = ", ".join(schemes.allowed) or "none"
+    severity.report(ctx, schemes.otherwise,
+                    f"{where}: {name} asks for a GPU share through a scheme this cluster does not run "
+                    f"(allowed: {allowed})", path)
+
+
+def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[gpu.ContainerRef]) -> None:
+    holders = [r for r in refs if ctx.gpu_names(r)]
+    if not holders or any(not r.is_init for r in holders):
+        return
+    names = ", ".join(r.label() for r in holders)
+    severity.report(ctx, cfg.initOnly,
+                    f"{ctx.where()}: only init containers request GPUs ({names}); the pod holds them "
+                    "while its app containers run without any", _pointer(ctx, "initContainers"))
+
+
+def _check_max(ctx: RuleContext, cfg: ResourceShapeRule, counts: Mapping[str, Decimal]) -> None:
+    if cfg.maxPerPod is None:
+        return
+    caps = cfg.maxPerPod if isinstance(cfg.maxPerPod, dict) else {"*": cfg.maxPerPod}
+    for name, count in sorted(counts.items()):
+        cap = _cap_for(caps, name)
+        if cap is not None and count > cap:
+            ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod; the policy allows at most {cap} per pod",
+                       _pointer(ctx, "containers"))
+
+
+def _cap_for(caps: Mapping[str, int], name: str) -> int | None:
+    if name in caps:
+        return caps[name]
+    prefixes = sorted((p for p in caps if p.endswith("*") and name.startswith(p[:-1])), key=len, reverse=True)
+    return caps[prefixes[0]] if prefixes else None
+
+
+def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
+    nodes = list(ctx.view.nodes())
+    for name, count in sorted(counts.items()):
+        offers = [(scheduling.allocatable(n, name), scheduling.node_name(n)) for n in nodes]
+        largest, node = max(offers, default=(Decimal(0), ""))
+        # no node offers it at all: an autoscaler may add one, so say nothing
+        if largest > 0 and count > largest:
+            ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod, more than any node offers "
+                       f"(largest: {largest} on {node}); split the work across pods", _pointer(ctx, "containers"))
+
