@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW
+from webhook.policy.view import EMPTY_VIEW, SnapshotView
 from webhook.review import parse_review
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,10 +50,15 @@ def main() -> None:
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
          "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"limits": {"cpu": "1"}}}]}}
     )
+    cluster = SnapshotView.from_objects(
+        obj for f in sorted((REPO / "examples/cluster").glob("*.yaml")) for obj in yaml.safe_load_all(f.read_text()) if obj
+    )
     cases = {
         "json.loads+dumps (baseline)": lambda: json.dumps(json.loads(text)),
         "evaluate 4-GPU training pod": lambda: engine.evaluate(policies, request, EMPTY_VIEW, "mutate"),
         "evaluate pod without GPU": lambda: engine.evaluate(policies, no_gpu, EMPTY_VIEW, "mutate"),
+        "mutate, example cluster": lambda: engine.evaluate(policies, request, cluster, "mutate"),
+        "validate, example cluster": lambda: engine.evaluate(policies, request, cluster, "validate"),
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):  # interleave so noise hits every case alike

@@ -3,11 +3,12 @@ quotas, CUDA versus driver. docs/validations.md documents each field."""
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from webhook.policy.cuda import CudaVersion, DriverVersion
+from webhook.policy.cuda import CudaVersion, DriverVersion, strict_index
 from webhook.policy.model import LabelSelector, Model, ResourceName, RuleBase
 
 #: what a policy wants done about a finding: nothing, a warning, or what the
@@ -123,6 +124,11 @@ class CudaDriverRule(ClusterRuleBase):
         default=["nvidia.com/gpu"],
         description="taint keys the pods of a template are assumed to tolerate (added at pod creation)",
     )
+
+    @cached_property
+    def driver_index(self) -> dict[tuple[int, int, int], DriverVersion]:
+        """CUDA release → minimum driver, the table with minDrivers applied (built once)."""
+        return strict_index(self.minDrivers)
 
     @model_validator(mode="after")
     def _rows(self) -> CudaDriverRule:

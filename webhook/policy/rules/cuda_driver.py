@@ -66,7 +66,7 @@ def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
 def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need]:
     annotations = _annotations(ctx)
     rules = [(entry.image, entry.cuda) for entry in cfg.images]
-    index = cuda.strict_index(cfg.minDrivers)
+    index = cfg.driver_index
     needs = []
     for ref in ctx.gpu_containers():
         image = str(ref.container.get("image") or "")
@@ -156,8 +156,10 @@ def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> 
 
 
 def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
+    if not ctx.view.availability("nodes").known:  # nothing to steer by
+        return
     needs = _needs(ctx, cfg, report=False)
-    if not needs or not ctx.view.availability("nodes").known:
+    if not needs:
         return
     nodes = _sort_nodes(ctx, cfg, needs)
     values = sorted({scheduling.node_labels(n).get(cuda.DRIVER_FULL, "") for n in nodes.capable} - {""})
@@ -179,7 +181,7 @@ def _drivers(nodes: Sequence[Node]) -> str:
 
 
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
-    newest = cuda.newest_supported(driver, cuda.strict_index(cfg.minDrivers))
+    newest = cuda.newest_supported(driver, cfg.driver_index)
     return f", which runs CUDA <= {newest}: use an image built for it or target newer nodes" if newest else ""
 
 
