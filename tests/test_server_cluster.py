@@ -132,3 +132,70 @@ async def test_admission_does_not_wait_for_a_relist(start_webhook: StartWebhook,
     assert p90 < 0.1 * relist_seconds, (p90, relist_seconds)
     assert statistics.median(during) < 0.05 * relist_seconds
     assert statistics.median(quiet) < 0.05 * relist_seconds
+
+
+QUOTA_POLICY = """
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: ml-quota}
+spec:
+  match: {kinds: [Pod], namespaces: ["ml"]}
+  rules:
+    quota:
+      limits:
+        - {scope: namespace, namespaces: ["ml"], max: 8}
+"""
+
+
+def gpu_node(name: str, driver: str, product: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "nvidia.com/gpu.product": product, "nvidia.com/cuda.driver-version.full": driver,
+            "nvidia.com/gpu.count": "4"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "4", "cpu": "32", "memory": "256Gi"},
+                   "capacity": {"nvidia.com/gpu": "4", "cpu": "32", "memory": "256Gi"}},
+    }
+
+
+def pod_review(image: str, gpus: int, uid: str) -> dict[str, Any]:
+    review = job_pod_review(uid)
+    container = review["request"]["object"]["spec"]["containers"][0]
+    container["image"] = image
+    container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    review["request"]["object"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return review
+
+
+async def test_quota_and_cuda_rules_through_the_server(
+    start_webhook: StartWebhook, api: FakeApiServer, policy_dir: Any
+) -> None:
+    (policy_dir / "ml-quota.yaml").write_text(QUOTA_POLICY)
+    api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": {"team": "a"}}})
+    api.add(gpu_node("t4-1", "470.82.01", "Tesla-T4"))
+    for i in range(3):  # 6 of 8 GPUs in use
+        api.add(pod(f"run-{i}", "ml", gpus=2, node="t4-1"))
+    hook = await start_webhook(cluster=builder(api))
+    await eventually(lambda: _is(ready(hook), 200))
+
+    # CUDA 12.4 needs driver >= 550.54.14; the only GPU node has 470
+    cuda = (await hook.review("/validate", pod_review("nvidia/cuda:12.4.1-runtime-ubuntu22.04", 1, "c-1")))["response"]
+    assert not cuda["allowed"]
+    assert "12.4" in cuda["status"]["message"] and "470.82.01" in cuda["status"]["message"]
+
+    # CUDA 11.4 runs on 470; 4 more GPUs would exceed the namespace's 8
+    over = (await hook.review("/validate", pod_review("nvidia/cuda:11.4.3-base-ubuntu20.04", 4, "q-1")))["response"]
+    assert not over["allowed"]
+    assert "uses 6 of 8 nvidia.com/gpu" in over["status"]["message"], over["status"]["message"]
+    fits = (await hook.review("/validate", pod_review("nvidia/cuda:11.4.3-base-ubuntu20.04", 2, "q-2")))["response"]
+    assert fits["allowed"], fits.get("status")
+
+    api.delete("Pod", "run-0", "ml")  # usage follows the live cluster
+
+    async def admitted() -> bool:
+        answer = await hook.review("/validate", pod_review("nvidia/cuda:11.4.3-base-ubuntu20.04", 4, "q-3"))
+        return bool(answer["response"]["allowed"])
+
+    await eventually(admitted)

@@ -44,8 +44,10 @@ class Request:
     def display_name(self) -> str:
         if self.name:
             return self.name
-        meta = (self.object or {}).get("metadata") or {}
-        generate = meta.get("generateName") if isinstance(meta, dict) else None
+        meta = submap(self.object, "metadata")
+        if meta.get("name"):
+            return str(meta["name"])
+        generate = meta.get("generateName")
         return f"{generate}*" if generate else "(unnamed)"
 
     @property
