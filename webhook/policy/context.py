@@ -35,18 +35,16 @@ class RuleContext:
     ns_labels: Mapping[str, str]
     builder: PatchBuilder
     sink: Findings
-    classes: Sequence[schema.GPUWorkloadClass] = ()
+    classes: Sequence[tuple[schema.ClassMatch, str]] = ()
     slots: gpu.Slots = field(default_factory=dict)
-    #: workload class per pod spec, shared by every policy of one evaluation
-    class_memo: dict[PodTarget, str] = field(default_factory=dict)
+    _workload_class: str | None = None
 
     @property
     def workload_class(self) -> str:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
-        known = self.class_memo.get(self.target)
-        if known is None:
+        if self._workload_class is None:
             meta = self.meta
-            known = self.class_memo[self.target] = match.classify(
+            self._workload_class = match.classify(
                 self.classes,
                 pod_meta=meta,
                 owner_kinds=owner_kinds(meta),
@@ -54,7 +52,7 @@ class RuleContext:
                 namespace=self.request.namespace,
                 ns_labels=self.ns_labels,
             )
-        return known
+        return self._workload_class
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -76,29 +76,33 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if paths is None:
         return ALLOW
     targets = pod_targets(obj, paths)
-    slots = {t: gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets}
-    if not any(slots.values()) and not policies.looks_beyond_gpu_pods:
+    slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
+    if not any(slots) and not policies.looks_beyond_gpu_pods:
         return ALLOW
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj)
     sink = Findings()
-    class_memo: dict[PodTarget, str] = {}
+    # one context per pod spec, carried from policy to policy (its class is worked out once)
+    contexts: list[RuleContext | None] = [None] * len(targets)
     for policy in policies.active_policies:
         if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
         rules = _plan(policies, policy, phase)
         if not rules:
             continue
-        for target in targets:
-            if not slots[target] and policy.spec.match.gpuOnly:
+        is_gpu, narrower = policies.matcher_of(policy)
+        for index, target in enumerate(targets):
+            if not slots[index] and policy.spec.match.gpuOnly:
                 continue
-            is_gpu = policies.matchers[policy.metadata.name]
-            ctx = RuleContext(
-                request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
-                target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
-                classes=policies.classes, class_memo=class_memo,
-                slots=slots[target] if is_gpu == policies.any_gpu else gpu.narrow(slots[target], is_gpu),
-            )
+            ctx = contexts[index]
+            if ctx is None:
+                ctx = contexts[index] = RuleContext(
+                    request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
+                    target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
+                    classes=policies.class_entries, slots=slots[index],
+                )
+            ctx.policy, ctx.is_gpu = policy, is_gpu
+            ctx.slots = gpu.narrow(slots[index], is_gpu) if narrower else slots[index]
             if match.class_applies(policy, ctx):
                 _run_rules(ctx, rules)
     if phase == "mutate":

@@ -52,6 +52,22 @@ class PolicySet:
             for p in self.policies
         }
 
+    def matcher_of(self, policy: schema.GPUPolicy) -> tuple[ResourceMatcher, bool]:
+        """The policy's GPU matcher, and whether it is narrower than ``any_gpu``."""
+        matcher = self.matchers[policy.metadata.name]
+        return matcher, policy.metadata.name in self.narrower_matchers
+
+    @cached_property
+    def narrower_matchers(self) -> frozenset[str]:
+        return frozenset(name for name, m in self.matchers.items() if m != self.any_gpu)
+
+    @cached_property
+    def class_entries(self) -> tuple[tuple[schema.ClassMatch, str], ...]:
+        """Every workload-class entry with the class it assigns, in the order they are tried."""
+        return tuple(
+            (entry, cls.spec.workloadClass or cls.metadata.name) for cls in self.classes for entry in cls.spec.matchAny
+        )
+
     @cached_property
     def active_policies(self) -> tuple[schema.GPUPolicy, ...]:
         """Policies with at least one rule that is not off, in order."""

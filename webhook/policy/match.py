@@ -73,7 +73,7 @@ def class_applies(policy: schema.GPUPolicy, pod: _Classified) -> bool:
 
 
 def classify(
-    classes: Sequence[schema.GPUWorkloadClass],
+    entries: Sequence[tuple[schema.ClassMatch, str]],
     *,
     pod_meta: Mapping[str, Any],
     owner_kinds: set[str],
@@ -81,13 +81,12 @@ def classify(
     namespace: str,
     ns_labels: Mapping[str, str],
 ) -> str:
-    """The first workload class (by order, then name) that matches; "" when none does."""
+    """The class of the first matching entry (classes by order, then name); "" when none does."""
     labels = _str_map(pod_meta.get("labels"))
     annotations = _str_map(pod_meta.get("annotations"))
-    facts = (labels, annotations, owner_kinds, workload_kind, namespace, ns_labels)
-    for cls in classes:
-        if any(_class_entry_matches(entry, *facts) for entry in cls.spec.matchAny):
-            return cls.spec.workloadClass or cls.metadata.name
+    for entry, workload_class in entries:
+        if _class_entry_matches(entry, labels, annotations, owner_kinds, workload_kind, namespace, ns_labels):
+            return workload_class
     return ""
 
 
