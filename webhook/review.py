@@ -60,6 +60,8 @@ def parse_review(body: bytes | str) -> Review:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ReviewError(f"request body is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ReviewError("request body is nested too deeply") from exc
     if not isinstance(data, dict):
         raise ReviewError("request body is not a JSON object")
     api_version = data.get("apiVersion")

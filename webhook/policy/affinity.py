@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy.patch import PatchBuilder, submap
+from webhook.policy.patch import PatchBuilder, sublist, submap
 
 REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 PREFERRED = ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
@@ -29,8 +29,8 @@ class Merge:
 
 def relation(have: Expression, wanted: Expression) -> str:
     """"implies", "conflicts" or "independent": what ``have`` says about ``wanted`` (same key)."""
-    op, values = have.get("operator"), set(have.get("values") or ())
-    w_op, w_values = wanted.get("operator"), set(wanted.get("values") or ())
+    op, values = have.get("operator"), set(sublist(have, "values"))
+    w_op, w_values = wanted.get("operator"), set(sublist(wanted, "values"))
     if op == w_op and values == w_values:
         return "implies"
     if w_op == "In":
@@ -49,7 +49,7 @@ def relation(have: Expression, wanted: Expression) -> str:
 
 
 def describe(expr: Expression) -> str:
-    values = expr.get("values") or []
+    values = sublist(expr, "values")
     suffix = f" [{', '.join(map(str, values))}]" if values else ""
     return f"{expr.get('key')} {expr.get('operator')}{suffix}"
 
@@ -59,7 +59,7 @@ def _selector_as_expression(key: str, value: Any) -> Expression:
 
 
 def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
-    exprs = term.get("matchExpressions") or []
+    exprs = sublist(term, "matchExpressions")
     relations = [relation(e, wanted) for e in exprs if isinstance(e, dict) and e.get("key") == wanted.get("key")]
     # a term that already carries the requirement satisfies it, even if it
     # also contradicts it (then it matches no node, which is the point)
@@ -130,8 +130,8 @@ def add_pod_term(
     term = {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": topology_key}
     required_terms = builder.get((*base, "requiredDuringSchedulingIgnoredDuringExecution"))
     preferred_terms = builder.get((*base, "preferredDuringSchedulingIgnoredDuringExecution"))
-    existing: list[Any] = [t for t in required_terms or [] if isinstance(t, dict)]
-    existing += [t.get("podAffinityTerm") for t in preferred_terms or [] if isinstance(t, dict)]
+    existing: list[Any] = [t for t in _as_list(required_terms) if isinstance(t, dict)]
+    existing += [t.get("podAffinityTerm") for t in _as_list(preferred_terms) if isinstance(t, dict)]
     if any(_same_pod_term(t, term) for t in existing if isinstance(t, dict)):
         return False
     if required:
@@ -147,3 +147,7 @@ def _same_pod_term(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     selector = have.get("labelSelector")
     return isinstance(selector, dict) and selector.get("matchLabels") == wanted["labelSelector"]["matchLabels"] \
         and not selector.get("matchExpressions")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

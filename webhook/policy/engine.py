@@ -165,6 +165,9 @@ def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:
 def _record_provenance(builder: PatchBuilder, sink: Findings) -> None:
     if not sink.changes:
         return
+    annotations = builder.get(("metadata", "annotations"))
+    if annotations is not None and not isinstance(annotations, dict):
+        return  # not an object kube-apiserver would accept; nothing to annotate
     path = ("metadata", "annotations", PROVENANCE_ANNOTATION)
     previous = builder.get(path)
     rules, policies = _parse_provenance(previous if isinstance(previous, str) else "")

@@ -45,6 +45,12 @@ def submap(obj: Any, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def sublist(obj: Any, key: str) -> list[Any]:
+    """The list under ``key`` of a map, [] when it is absent or not a list."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, list) else []
+
+
 class PatchBuilder:
     """Records add/replace/remove operations against a copy-on-write document."""
 
@@ -65,8 +71,10 @@ class PatchBuilder:
         last = len(path) - 1
         for depth, key in enumerate(path):
             child = _child(node, key)
-            if child is _MISSING or child is None:
-                # add the whole missing subtree at its first missing (or null) ancestor
+            if child is _MISSING or child is None or (depth < last and not _holds(child, path[depth + 1])):
+                # add the whole missing subtree at its first missing (or null) ancestor;
+                # a parent of the wrong type (a string where a map belongs, in an
+                # object no API server would accept) is replaced the same way
                 nested: Any = value
                 for inner in reversed(path[depth + 1 :]):
                     nested = {inner: nested}
@@ -151,6 +159,13 @@ def _child(node: Any, key: str | int) -> Any:
     if kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
         return node[key]
     return _MISSING
+
+
+def _holds(node: Any, key: str | int) -> bool:
+    """Can ``node`` have a child at ``key`` (a map for names, a list for indexes)?"""
+    if isinstance(key, str):
+        return isinstance(node, dict)
+    return isinstance(node, list) and 0 <= key < len(node)
 
 
 def _shallow(node: Any) -> Any:

@@ -28,7 +28,7 @@ def parse_quantity(value: object) -> Decimal | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return Decimal(str(value))
+        return _bounded(Decimal(str(value)))
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -43,12 +43,22 @@ def parse_quantity(value: object) -> Decimal | None:
     if not text or text[0] not in "+-.0123456789":
         return None
     try:
-        number = Decimal(text)
+        number = _bounded(Decimal(text))
     except InvalidOperation:
         return None
-    if not number.is_finite():
+    return None if number is None else number * multiplier
+
+
+#: no real quantity has more digits than this either side of the point
+#: (Kubernetes keeps int64 × 10^±18); "1e999999999" passes a CRD's pattern but
+#: would overflow the decimal context
+_MAX_MAGNITUDE = 40
+
+
+def _bounded(number: Decimal) -> Decimal | None:
+    if not number.is_finite() or (number and abs(number.adjusted()) > _MAX_MAGNITUDE):
         return None
-    return number * multiplier
+    return number
 
 
 def _is_exponent(text: str) -> bool:

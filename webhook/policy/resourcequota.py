@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from webhook.policy.patch import sublist
 from webhook.policy import quantity
 
 _PREFIXES = ("requests.", "limits.")
@@ -53,10 +54,10 @@ def applies(quota: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     """The quota's scopes select this pod. A scope we cannot judge counts as not selecting it:
     the API server's own check stays the authority there."""
     qspec = _map(quota.get("spec"))
-    scopes: list[tuple[str, str, list[Any]]] = [(str(s), "Exists", []) for s in qspec.get("scopes") or ()]
-    for expr in _map(qspec.get("scopeSelector")).get("matchExpressions") or ():
+    scopes: list[tuple[str, str, list[Any]]] = [(str(s), "Exists", []) for s in sublist(qspec, "scopes")]
+    for expr in sublist(_map(qspec.get("scopeSelector")), "matchExpressions"):
         expr = _map(expr)
-        scopes.append((str(expr.get("scopeName")), str(expr.get("operator")), list(expr.get("values") or ())))
+        scopes.append((str(expr.get("scopeName")), str(expr.get("operator")), list(sublist(expr, "values"))))
     return all(_scope_matches(name, op, values, spec) for name, op, values in scopes)
 
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.policy import quantity
-from webhook.policy.patch import lookup
+from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
 
@@ -60,7 +60,7 @@ def allocatable(node: Object, resource: str) -> Decimal:
 def requirement_matches(expr: Object, labels: Mapping[str, str]) -> bool:
     """One node-selector requirement against a node's labels."""
     key, op = str(expr.get("key", "")), expr.get("operator")
-    values = [str(v) for v in expr.get("values") or ()]
+    values = [str(v) for v in _list(expr.get("values"))]
     present = key in labels
     if op == "In":
         return present and labels[key] in values
@@ -82,8 +82,8 @@ def term_matches(term: Any, node: Object) -> bool:
     """A nodeSelectorTerm: every expression and field must hold; an empty term matches nothing."""
     if not isinstance(term, Mapping):
         return False
-    exprs = [e for e in term.get("matchExpressions") or () if isinstance(e, Mapping)]
-    fields = [f for f in term.get("matchFields") or () if isinstance(f, Mapping)]
+    exprs = [e for e in sublist(term, "matchExpressions") if isinstance(e, Mapping)]
+    fields = [f for f in _list(term.get("matchFields")) if isinstance(f, Mapping)]
     if not exprs and not fields:
         return False
     labels = node_labels(node)
@@ -124,7 +124,7 @@ def taints_tolerated(tolerations: Iterable[Object], node: Object) -> bool:
     """Every NoSchedule/NoExecute taint of the node (cordon included) is tolerated."""
     spec = node.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
-    taints = [t for t in spec.get("taints") or () if isinstance(t, Mapping)]
+    taints = [t for t in sublist(spec, "taints") if isinstance(t, Mapping)]
     if spec.get("unschedulable") is True:
         taints.append(UNSCHEDULABLE_TAINT)
     held = [t for t in tolerations if isinstance(t, Mapping)]
@@ -145,7 +145,7 @@ def eligible_nodes(
 ) -> list[Object]:
     """Nodes the pod could be scheduled to (or, with nodeName, run on)."""
     pinned = spec.get("nodeName")
-    tolerations = [*(spec.get("tolerations") or ()), *extra_tolerations]
+    tolerations = [*(sublist(spec, "tolerations")), *extra_tolerations]
     return [
         node
         for node in nodes
@@ -194,6 +194,11 @@ def _term_values(term: Any, key: str) -> frozenset[str] | None:
     exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
     for expr in exprs if isinstance(exprs, list) else ():
         if isinstance(expr, Mapping) and expr.get("key") == key and expr.get("operator") == "In":
-            values = frozenset(str(v) for v in expr.get("values") or ())
+            values = frozenset(str(v) for v in _list(expr.get("values")))
             found = values if found is None else found & values
     return found
+
+
+def _list(value: Any) -> list[Any]:
+    """A list field of a spec, [] when absent or not a list (untyped custom resources)."""
+    return value if isinstance(value, list) else []

@@ -11,7 +11,7 @@ from aiohttp import web
 from webhook import review
 from webhook.errors import ReviewError
 from webhook.policy import engine
-from webhook.policy.decision import Decision
+from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Phase
 from webhook.server import keys
 
@@ -37,11 +37,33 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     except ReviewError as exc:
         metrics.requests.labels(endpoint, "", "", "error").inc()
         return web.json_response(review.error_body(str(exc)), status=400)
-    decision = engine.evaluate(app[keys.STORE].current, parsed.request, app[keys.VIEW](), phase)
+    try:
+        decision = engine.evaluate(app[keys.STORE].current, parsed.request, app[keys.VIEW](), phase)
+    except Exception:  # a bug must not turn into an opaque "failed calling webhook"
+        log.exception("evaluating %s %s (uid %s) failed", parsed.request.operation, parsed.request.subject, parsed.uid)
+        metrics.requests.labels(endpoint, parsed.request.kind, parsed.request.operation, "error").inc()
+        return _json(review.build_response(parsed, internal_error(phase), mutating=False))
     payload = review.build_response(parsed, decision, mutating=phase == "mutate")
     _observe(app, endpoint, parsed, decision)
     metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    return _json(payload)
+
+
+def _json(payload: object) -> web.Response:
     return web.Response(body=json.dumps(payload, separators=(",", ":")), content_type="application/json")
+
+
+def internal_error(phase: Phase) -> Decision:
+    """What to answer when evaluation itself fails.
+
+    Mutation: allow unchanged, with a warning (the validating webhook still
+    judges the object). Validation: deny, as failurePolicy Fail would, but
+    with a message that says where to look.
+    """
+    text = "gpu-admission could not evaluate its policies for this object (internal error; see its logs)"
+    if phase == "mutate":
+        return Decision(allowed=True, warnings=(text + "; nothing was changed",))
+    return Decision(allowed=False, findings=(Finding("gpu-admission", "internal", "enforce", text),))
 
 
 def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision) -> None:

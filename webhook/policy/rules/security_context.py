@@ -14,7 +14,7 @@ from typing import Any
 from webhook.policy import gpu
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import SecurityContextRule
-from webhook.policy.patch import submap
+from webhook.policy.patch import sublist, submap
 
 PHASES = ("mutate",)
 
@@ -95,7 +95,7 @@ def _container_problems(sc: Mapping[str, Any], cfg: SecurityContextRule) -> list
     if sc.get("allowPrivilegeEscalation") is True:
         problems.append(("allowPrivilegeEscalation", "allows privilege escalation; set it to false"))
     caps = submap(sc, "capabilities")
-    added = [c for c in caps.get("add") or [] if c not in cfg.allowedCapabilities]
+    added = [c for c in sublist(caps, "add") if c not in cfg.allowedCapabilities]
     if added:
         allowed = ", ".join(cfg.allowedCapabilities) or "none"
         problems.append(("capabilities.add", f"adds capabilities {', '.join(map(str, added))}; allowed: {allowed}"))
