@@ -20,6 +20,8 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
+    if is_windows(ctx.spec):
+        return  # the API rejects these Linux fields on Windows pods
     refs = list(gpu.containers(ctx.spec))
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
@@ -32,9 +34,25 @@ def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
     return submap(obj, "securityContext")
 
 
+def is_windows(spec: Mapping[str, Any]) -> bool:
+    return submap(spec, "os").get("name") == "windows"
+
+
+def _asks_for_root(sc: Mapping[str, Any]) -> bool:
+    return sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False
+
+
+def _needs_escalation(sc: Mapping[str, Any]) -> bool:
+    """privileged, or CAP_SYS_ADMIN: the API rejects allowPrivilegeEscalation: false with either."""
+    added = sublist(submap(sc, "capabilities"), "add")
+    return sc.get("privileged") is True or "CAP_SYS_ADMIN" in added or "SYS_ADMIN" in added
+
+
 def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
     pod_sc = _sc(ctx.spec)
-    explicit_root = pod_sc.get("runAsUser") == 0 or any(_sc(r.container).get("runAsUser") == 0 for r in refs)
+    # a pod or container that asks for root keeps it: forcing a UID onto it
+    # would only trade a policy violation for a container that cannot start
+    explicit_root = _asks_for_root(pod_sc) or any(_asks_for_root(_sc(r.container)) for r in refs)
     wanted: dict[str, Any] = {}
     if not explicit_root and "runAsNonRoot" not in pod_sc:
         wanted["runAsNonRoot"] = True
@@ -55,7 +73,7 @@ def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.Con
 
 def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef) -> None:
     sc = _sc(ref.container)
-    if sc.get("privileged") is True:
+    if _needs_escalation(sc):
         return
     path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
     caps = submap(sc, "capabilities")

@@ -15,6 +15,7 @@ from typing import Any
 from webhook.policy import gpu, quantity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import ShmRule
+from webhook.policy.patch import submap
 
 PHASES = ("mutate",)
 MOUNT_PATH = "/dev/shm"
@@ -22,6 +23,10 @@ MIB = Decimal(2**20)
 
 
 def run(ctx: RuleContext, cfg: ShmRule) -> None:
+    if ctx.spec.get("hostIPC") is True or submap(ctx.spec, "os").get("name") == "windows":
+        # with hostIPC the runtime mounts the host's /dev/shm, which the pod shares on purpose;
+        # Windows has no /dev/shm
+        return
     targets = [
         ref for ref in ctx.gpu_containers()
         if (cfg.initContainers or not ref.is_init) and not _mounts_shm(ref.container)
