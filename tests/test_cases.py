@@ -8,6 +8,7 @@ See tests/cases/README.md for the format.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
     obj = case["object"]
     phase = case.get("phase", suite.get("phase", "mutate"))
     request = Request.for_object(obj, operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
+    if "oldObject" in case:
+        request = replace(request, old_object=case["oldObject"])
     decision = engine.evaluate(policies, request, view, phase)
     expect = case.get("expect", {})
     assert decision.allowed == expect.get("allowed", True), decision.message()

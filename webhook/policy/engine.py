@@ -14,7 +14,7 @@ from webhook.policy import gpu, match, schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Decision
 from webhook.policy.loader import PolicySet
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, submap
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -73,8 +73,42 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a running pod's spec is immutable: nothing to patch, nothing newly wrong
         return ALLOW
     paths = policies.kinds.get((request.group, request.kind))
-    if paths is None:
+    if paths is None or submap(obj, "metadata").get("deletionTimestamp"):
+        # being deleted: only finalizers may change, and they must be able to
         return ALLOW
+    decision = _evaluate(policies, request, obj, paths, view, phase)
+    if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
+        return _forgive_preexisting(policies, request, view, decision)
+    return decision
+
+
+def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterView, decision: Decision) -> Decision:
+    """On UPDATE, a violation the object already had warns instead of denying.
+
+    Otherwise an object that became non-compliant (a policy or the cluster
+    changed) could not be scaled, relabelled or have its finalizers removed.
+    """
+    old = request.old_object
+    if not isinstance(old, dict):
+        return decision
+    before = evaluate(policies, replace(request, operation="CREATE", object=old, old_object=None), view, "validate")
+    known = {(f.policy, f.rule, f.message) for f in before.denials}
+    findings = tuple(
+        replace(f, mode="warn", message=f.message + " (already so before this update)")
+        if f.mode == "enforce" and (f.policy, f.rule, f.message) in known else f
+        for f in decision.findings
+    )
+    return replace(
+        decision,
+        allowed=not any(f.mode == "enforce" for f in findings),
+        findings=findings,
+        warnings=tuple([*decision.warnings, *(f.text() for f in findings if f.mode == "warn" and f not in decision.findings)]),
+    )
+
+
+def _evaluate(
+    policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
+) -> Decision:
     targets = pod_targets(obj, paths)
     slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
     if not any(slots) and not policies.looks_beyond_gpu_pods:
