@@ -7,6 +7,8 @@ spells ``+me`` (media extensions) as ``.me``.
 
 from __future__ import annotations
 
+import re
+
 MIG_PREFIX = "nvidia.com/mig-"
 
 #: GPU → its profiles with the most instances of each that fit on one GPU.
@@ -23,7 +25,21 @@ PROFILES: dict[str, dict[str, int]] = {
     "H200-141GB": {
         "1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1,
     },
+    # Beyond FACTS.md §3, from NVIDIA's MIG user guide (Supported MIG Profiles) and the
+    # device-plugin resource lists of B200/B300 and RTX PRO 6000 systems
+    "A30-24GB": {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1},
+    "B200-180GB": {"1g.23gb": 7, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1, "7g.180gb": 1},
+    "B300-288GB": {"1g.34gb": 7, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1},
+    "RTX-PRO-6000-96GB": {"1g.24gb": 4, "2g.48gb": 2, "4g.96gb": 1},
 }
+
+#: the shape of every profile name: <slices>g.<memory>gb, optionally .me
+_WELL_FORMED = re.compile(r"^[1-8]g\.[0-9]+gb(\.me)?$")
+
+
+def well_formed(profile: str) -> bool:
+    """Spelt like a MIG profile, known or not (new GPUs bring new profiles)."""
+    return bool(_WELL_FORMED.match(profile))
 
 
 def resource_profile(profile: str) -> str:

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from webhook.policy import gpu, mig, quantity, scheduling, severity
 from webhook.policy.context import RuleContext
-from webhook.policy.patch import pointer
+from webhook.policy.patch import submap, pointer
 from webhook.policy.validation_settings import ResourceShapeRule
 
 PHASES = ("validate",)
@@ -79,11 +79,23 @@ def _check_mig(ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, 
     profile = mig.profile_of(name) or ""
     allowed = [mig.resource_profile(p) for p in cfg.migProfiles]
     where, path = ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources")
-    if profile not in mig.valid_profiles() and profile not in allowed:
-        ctx.report(f"{where}: {name} is not a MIG profile (e.g. nvidia.com/mig-1g.10gb; "
-                   "+me is spelt .me)", path)
+    if profile not in mig.valid_profiles() and profile not in allowed and not _advertised(ctx, name):
+        if mig.well_formed(profile):
+            # a GPU newer than our table brings profiles we cannot know: warn, never deny
+            severity.report(ctx, "warn", f"{where}: {name} is not a MIG profile of the GPUs gpu-admission knows, "
+                            "and no node advertises it; check the profile name", path)
+        else:
+            ctx.report(f"{where}: {name} is not a MIG profile (e.g. nvidia.com/mig-1g.10gb; "
+                       "+me is spelt .me)", path)
     elif allowed and profile not in allowed:
         ctx.report(f"{where}: {name} is not an allowed MIG profile; the policy allows {', '.join(allowed)}", path)
+
+
+def _advertised(ctx: RuleContext, resource: str) -> bool:
+    """Does a node of the cluster offer this resource (when the view knows the nodes)?"""
+    if not ctx.view.availability("nodes").known:
+        return False
+    return any(resource in submap(submap(node, "status"), "allocatable") for node in ctx.view.nodes())
 
 
 def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: str, path: str) -> None:
