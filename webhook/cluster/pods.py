@@ -62,8 +62,9 @@ def trim_pod(pod: Mapping[str, Any]) -> Raw:
 
 
 def _containers(containers: Iterable[Mapping[str, Any]]) -> list[Raw]:
+    # restartPolicy marks native sidecars, which count beside the app containers
     return [
-        {"name": c.get("name", ""), **({"resources": c["resources"]} if c.get("resources") else {})}
+        {"name": c.get("name", ""), **{k: c[k] for k in ("resources", "restartPolicy") if c.get(k)}}
         for c in containers
     ]
 

@@ -118,17 +118,29 @@ def gpu_count(container: Mapping[str, Any], name: str) -> Decimal:
 def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> dict[str, Decimal]:
     """GPUs the pod needs per resource name, as the scheduler counts them.
 
-    Init containers run one at a time before the app containers, so the pod
-    needs the larger of the biggest init container and the sum of the app
-    containers.
+    Init containers run one at a time before the app containers, but native
+    sidecars (init containers with ``restartPolicy: Always``) keep running
+    beside everything started after them. So the pod needs the larger of:
+    every app container plus every sidecar, and each plain init container
+    plus the sidecars started before it (Kubernetes' effective request).
     """
     app: dict[str, Decimal] = {}
-    init: dict[str, Decimal] = {}
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
     for ref in containers(spec):
-        for name in gpu_names(ref.container, is_gpu):
-            count = gpu_count(ref.container, name)
-            if ref.is_init:
-                init[name] = max(init.get(name, Decimal(0)), count)
-            else:
-                app[name] = app.get(name, Decimal(0)) + count
-    return {n: max(app.get(n, Decimal(0)), init.get(n, Decimal(0))) for n in app.keys() | init.keys()}
+        names = gpu_names(ref.container, is_gpu)
+        if not ref.is_init:
+            for name in names:
+                app[name] = app.get(name, Decimal(0)) + gpu_count(ref.container, name)
+        elif ref.container.get("restartPolicy") == "Always":
+            for name in names:
+                sidecars[name] = sidecars.get(name, Decimal(0)) + gpu_count(ref.container, name)
+        else:
+            for name in names:
+                during = gpu_count(ref.container, name) + sidecars.get(name, Decimal(0))
+                peak[name] = max(peak.get(name, Decimal(0)), during)
+    total: dict[str, Decimal] = {}
+    for name in app.keys() | sidecars.keys() | peak.keys():
+        running = app.get(name, Decimal(0)) + sidecars.get(name, Decimal(0))
+        total[name] = max(running, peak.get(name, Decimal(0)))
+    return total

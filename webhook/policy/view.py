@@ -12,7 +12,7 @@ view may be trimmed to the fields quota and scheduling checks read:
 metadata (name, namespace, uid, labels, annotations, ownerReferences,
 deletionTimestamp),
 spec (nodeName, nodeSelector, affinity, tolerations, priorityClassName,
-containers[].name/resources, initContainers[].name/resources) and
+containers[].name/resources, initContainers[].name/resources/restartPolicy) and
 status.phase.
 """
 
