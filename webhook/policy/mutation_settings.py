@@ -173,6 +173,10 @@ class NotebookLifetimeRule(RuleBase):
     """activeDeadlineSeconds for notebooks, so idle ones do not hold GPUs forever."""
 
     activeDeadlineSeconds: int = Field(default=43200, ge=60, description="set when the pod has none")
+    skipControllerOwned: bool = Field(
+        default=True,
+        description="no default deadline for pods a controller recreates (a StatefulSet would restart them in a loop)",
+    )
     maxActiveDeadlineSeconds: int | None = Field(default=86400, ge=60, description="longer ones are reported")
 
     @model_validator(mode="after")

@@ -1,9 +1,17 @@
-"""Notebook lifetime: a deadline so that idle notebooks do not hold GPUs forever."""
+"""Notebook lifetime: a deadline so that forgotten notebooks do not hold GPUs forever.
+
+The kubelet ends a pod at its deadline. That frees the GPU for notebooks a
+hub spawns as bare pods (JupyterHub) and starts again on demand; a pod a
+controller recreates (a Kubeflow Notebook's StatefulSet) would only restart
+in a loop, so it gets no default deadline: use the notebook controller's own
+idle culling there.
+"""
 
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import NotebookLifetimeRule
+from webhook.policy.patch import sublist
 
 PHASES = ("mutate",)
 
@@ -11,6 +19,8 @@ PHASES = ("mutate",)
 def run(ctx: RuleContext, cfg: NotebookLifetimeRule) -> None:
     current = ctx.spec.get("activeDeadlineSeconds")
     if current is None:
+        if cfg.skipControllerOwned and _recreated(ctx):
+            return
         ctx.builder.set(ctx.spec_path("activeDeadlineSeconds"), cfg.activeDeadlineSeconds)
         ctx.changed("activeDeadlineSeconds")
         return
@@ -22,6 +32,11 @@ def run(ctx: RuleContext, cfg: NotebookLifetimeRule) -> None:
             f"for the default {_hours(cfg.activeDeadlineSeconds)}",
             "spec.activeDeadlineSeconds",
         )
+
+
+def _recreated(ctx: RuleContext) -> bool:
+    """A pod with a controller (StatefulSet, ReplicaSet …) comes back when the deadline ends it."""
+    return any(isinstance(ref, dict) and ref.get("controller") is True for ref in sublist(ctx.meta, "ownerReferences"))
 
 
 def _hours(seconds: int) -> str:
