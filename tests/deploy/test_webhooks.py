@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import deploy_tree
 from deploy_tree import NAMESPACE
@@ -17,6 +19,7 @@ WEBHOOKS = [(kind, hook) for kind, cfg in CONFIGS.items() for hook in cfg["webho
 IDS = [hook["name"] for _, hook in WEBHOOKS]
 
 OPT_IN = "gpu-admission.io/enabled"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NEVER = {"kube-system", "kube-public", "kube-node-lease", NAMESPACE}
 
 #: (group, resource) the shipped policies cover, and the versions to match.
@@ -25,12 +28,19 @@ COVERED: dict[tuple[str, str], set[str]] = {
     **{("apps", r): {"v1"} for r in ("deployments", "statefulsets", "daemonsets", "replicasets")},
     **{("batch", r): {"v1"} for r in ("jobs", "cronjobs")},
     **{("kubeflow.org", r): {"*"} for r in
-       ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")},
+       ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mxjobs")},
     **{("ray.io", r): {"*"} for r in ("rayclusters", "rayjobs", "rayservices")},
     ("jobset.x-k8s.io", "jobsets"): {"*"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"*"},
     ("serving.kserve.io", "inferenceservices"): {"*"},
 }
+
+
+def test_every_shipped_workload_kind_reaches_both_webhooks() -> None:
+    """A kind policies/workload-kinds.yaml describes is useless unless the API server sends it."""
+    kinds = [d["spec"] for d in yaml.safe_load_all((REPO_ROOT / "policies/workload-kinds.yaml").read_text()) if d]
+    wanted = {(k["group"], k["kind"].lower() + "s") for k in kinds}
+    assert wanted <= set(COVERED), wanted - set(COVERED)
 
 
 def _selected(hook: dict[str, Any], name: str, labels: dict[str, str]) -> bool:
