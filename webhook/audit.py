@@ -27,7 +27,7 @@ from webhook.errors import ManifestError
 from webhook.policy import engine, loader
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Request
-from webhook.policy.view import RESOURCES, SnapshotView
+from webhook.policy.view import RESOURCES, SnapshotView, flatten_lists
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -117,7 +117,7 @@ def read_manifests(paths: Iterable[str], problems: list[str]) -> Iterator[tuple[
 
 def _objects(source: str, text: str, problems: list[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for doc in parse_documents(source, text, problems):
-        for obj in _flatten(doc):
+        for obj in flatten_lists([doc] if isinstance(doc, Mapping) else []):
             yield source, obj
 
 
@@ -144,16 +144,6 @@ def parse_documents(source: str, text: str, problems: list[str]) -> list[Any]:
             where = f", line {mark.line + 1} of the document" if mark is not None else ""
             problems.append(f"{source}: document {index}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}")
     return documents
-
-
-def _flatten(doc: Any) -> Iterator[Mapping[str, Any]]:
-    if not isinstance(doc, Mapping):
-        return
-    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-        for item in doc["items"]:
-            yield from _flatten(item)
-    elif "kind" in doc:
-        yield doc
 
 
 def render_text(results: list[Result]) -> str:

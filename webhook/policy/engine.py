@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
 
 from webhook.policy import gpu, match, schema
@@ -44,23 +45,28 @@ class _Rule:
     run: Callable[[RuleContext, Any], None]
 
 
+def _rule(name: str, module: ModuleType) -> _Rule:
+    """A rule family: the module holding its ``PHASES`` and ``run``, under its settings name."""
+    return _Rule(name, module.PHASES, module.run)
+
+
 #: Every rule family, in the order they run within a policy.
 RULES: tuple[_Rule, ...] = (
-    _Rule("tolerations", tolerations.PHASES, tolerations.run),
-    _Rule("nodeAffinity", node_affinity.PHASES, node_affinity.run),
-    _Rule("runtimeClass", runtime_class.PHASES, runtime_class.run),
-    _Rule("priorityClass", priority_class.PHASES, priority_class.run),
-    _Rule("securityContext", security_context.PHASES, security_context.run),
-    _Rule("shm", shm.PHASES, shm.run),
-    _Rule("gpuVisibility", gpu_visibility.PHASES, gpu_visibility.run),
-    _Rule("spreadReplicas", spread_replicas.PHASES, spread_replicas.run),
-    _Rule("trainingLocality", training_locality.PHASES, training_locality.run),
-    _Rule("notebookLifetime", notebook_lifetime.PHASES, notebook_lifetime.run),
+    _rule("tolerations", tolerations),
+    _rule("nodeAffinity", node_affinity),
+    _rule("runtimeClass", runtime_class),
+    _rule("priorityClass", priority_class),
+    _rule("securityContext", security_context),
+    _rule("shm", shm),
+    _rule("gpuVisibility", gpu_visibility),
+    _rule("spreadReplicas", spread_replicas),
+    _rule("trainingLocality", training_locality),
+    _rule("notebookLifetime", notebook_lifetime),
     # validations (issue #5); cudaDriver last: its steering sees the pod as
     # the other mutations left it
-    _Rule("resourceShape", resource_shape.PHASES, resource_shape.run),
-    _Rule("quota", quota.PHASES, quota.run),
-    _Rule("cudaDriver", cuda_driver.PHASES, cuda_driver.run),
+    _rule("resourceShape", resource_shape),
+    _rule("quota", quota),
+    _rule("cudaDriver", cuda_driver),
 )
 
 

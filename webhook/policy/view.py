@@ -94,7 +94,7 @@ class SnapshotView:
         plus those named in ``known`` (an empty cluster is a known cluster).
         """
         grouped: dict[str, list[Object]] = {}
-        for obj in _flatten(objects):
+        for obj in flatten_lists(objects):
             grouped.setdefault(str(obj.get("kind", "")), []).append(obj)
         present = {_RESOURCE_OF_KIND[k] for k in grouped if k in _RESOURCE_OF_KIND}
         return cls(
@@ -152,7 +152,8 @@ _RESOURCE_OF_KIND = {
 }
 
 
-def _flatten(objects: Iterable[Object]) -> Iterable[Object]:
+def flatten_lists(objects: Iterable[Object]) -> Iterable[Object]:
+    """The objects, with every ``List`` (kubectl's or an API list) replaced by its items."""
     for obj in objects:
         if not isinstance(obj, dict):
             continue
@@ -160,7 +161,7 @@ def _flatten(objects: Iterable[Object]) -> Iterable[Object]:
         if kind.endswith("List") and isinstance(obj.get("items"), list):
             item_kind = kind[: -len("List")]
             # API list responses (NodeList, PodList) leave kind off their items.
-            yield from _flatten(
+            yield from flatten_lists(
                 item if "kind" in item or not item_kind else {**item, "kind": item_kind}
                 for item in obj["items"]
                 if isinstance(item, dict)
