@@ -334,10 +334,18 @@ class FakeApiServer:
         self._broadcast(_CLOSE)
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._drain(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
         self._loop = self._thread = None
+
+    async def _drain(self) -> None:
+        """Let handlers cancelled by the cleanup finish, so none is left pending."""
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     def api_client(self, **settings: Any) -> Any:
         """A real ``kubernetes.client.ApiClient`` pointed at this server."""
