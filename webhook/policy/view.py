@@ -85,6 +85,8 @@ class SnapshotView:
 
     objects_by_kind: Mapping[str, tuple[Object, ...]] = field(default_factory=dict)
     known: frozenset[str] = frozenset()
+    #: why a resource is unknown, for messages; {resource} is filled in
+    unknown_reason: str = "no {resource} in the cluster snapshot"
 
     @classmethod
     def from_objects(cls, objects: Iterable[Object], *, known: Iterable[str] = ()) -> SnapshotView:
@@ -105,7 +107,7 @@ class SnapshotView:
     @cached_property
     def _availability(self) -> dict[str, Availability]:
         return {
-            r: KNOWN if r in self.known else Availability(False, f"no {r} in the cluster snapshot")
+            r: KNOWN if r in self.known else Availability(False, self.unknown_reason.format(resource=r))
             for r in RESOURCES
         }
 
@@ -140,7 +142,8 @@ class SnapshotView:
         return _by_name(self._of("RuntimeClass"), name)
 
 
-EMPTY_VIEW = SnapshotView()
+#: what rules see without any cluster access (server --no-cluster or no credentials)
+EMPTY_VIEW = SnapshotView(unknown_reason="{resource} unknown: gpu-admission runs without cluster access")
 
 _RESOURCE_OF_KIND = {
     "Node": "nodes",
