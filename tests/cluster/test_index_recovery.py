@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import random
 from dataclasses import dataclass, field
@@ -186,13 +188,19 @@ async def test_watches_are_cycled_by_server_timeout(api: FakeApiServer, make_ind
     await eventually(lambda: index.runtime_class("nvidia") is not None, what="event after cycling")
 
 
-async def test_stale_when_the_watch_fails_longer_than_the_window(
-    api: FakeApiServer, make_index: MakeIndex
-) -> None:
+async def watched_nodes(api: FakeApiServer, make_index: MakeIndex) -> tuple[Any, ManualClock]:
+    """An index of nodes on a manual clock, synced, its watch open, stale after 30 s."""
     clock = ManualClock()
     index = await make_index(resources=["nodes"], clock=clock, settings=dataclasses.replace(FAST, stale_after=30))
     assert await index.wait_synced(5)
     await eventually(lambda: api.open_watches("Node") == 1, what="node watch open")
+    return index, clock
+
+
+async def test_stale_when_the_watch_fails_longer_than_the_window(
+    api: FakeApiServer, make_index: MakeIndex
+) -> None:
+    index, clock = await watched_nodes(api, make_index)
     api.fail_next(10_000, status=500, path_contains="/api/v1/nodes", watch=True)
     api.drop_watches()
     await eventually(lambda: index.state("nodes").error == "watch failing (HTTP 500)", what="failing watch")
@@ -208,10 +216,7 @@ async def test_stale_when_the_watch_fails_longer_than_the_window(
 async def test_a_long_quiet_watch_is_not_stale_the_moment_it_breaks(
     api: FakeApiServer, make_index: MakeIndex
 ) -> None:
-    clock = ManualClock()
-    index = await make_index(resources=["nodes"], clock=clock, settings=dataclasses.replace(FAST, stale_after=30))
-    assert await index.wait_synced(5)
-    await eventually(lambda: api.open_watches("Node") == 1, what="node watch open")
+    index, clock = await watched_nodes(api, make_index)
     clock.advance(100)  # a healthy watch with nothing to say
     api.add(builders.node("n1"))
     await eventually(lambda: len(index.nodes()) == 1, what="an event")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
@@ -72,6 +73,18 @@ def class_applies(policy: schema.GPUPolicy, pod: _Classified) -> bool:
     return not (exclude is not None and exclude.workloadClasses and pod.workload_class in exclude.workloadClasses)
 
 
+@dataclass(frozen=True)
+class PodFacts:
+    """What workload classes are matched on, read once per pod spec."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    owner_kinds: set[str]
+    workload_kind: str
+    namespace: str
+    ns_labels: Mapping[str, str]
+
+
 def classify(
     entries: Sequence[tuple[schema.ClassMatch, str]],
     *,
@@ -82,33 +95,27 @@ def classify(
     ns_labels: Mapping[str, str],
 ) -> str:
     """The class of the first matching entry (classes by order, then name); "" when none does."""
-    labels = _str_map(pod_meta.get("labels"))
-    annotations = _str_map(pod_meta.get("annotations"))
+    facts = PodFacts(
+        _str_map(pod_meta.get("labels")), _str_map(pod_meta.get("annotations")),
+        owner_kinds, workload_kind, namespace, ns_labels,
+    )
     for entry, workload_class in entries:
-        if _class_entry_matches(entry, labels, annotations, owner_kinds, workload_kind, namespace, ns_labels):
+        if _class_entry_matches(entry, facts):
             return workload_class
     return ""
 
 
-def _class_entry_matches(
-    m: schema.ClassMatch,
-    labels: Mapping[str, str],
-    annotations: Mapping[str, str],
-    owner_kinds: set[str],
-    workload_kind: str,
-    namespace: str,
-    ns_labels: Mapping[str, str],
-) -> bool:
+def _class_entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:
     # cheapest first: most entries are decided by the kinds
-    if m.ownerKinds and not owner_kinds.intersection(m.ownerKinds):
+    if m.ownerKinds and not pod.owner_kinds.intersection(m.ownerKinds):
         return False
-    if m.workloadKinds and workload_kind not in m.workloadKinds:
+    if m.workloadKinds and pod.workload_kind not in m.workloadKinds:
         return False
-    if m.labels is not None and not selector_matches(m.labels, labels):
+    if m.labels is not None and not selector_matches(m.labels, pod.labels):
         return False
-    if m.annotations and any(annotations.get(k) is None or (v != "*" and annotations[k] != v) for k, v in m.annotations.items()):
+    if m.annotations and any(pod.annotations.get(k) is None or (v != "*" and pod.annotations[k] != v) for k, v in m.annotations.items()):
         return False
-    return name_matches(m.namespaces, namespace) and selector_matches(m.namespaceSelector, ns_labels)
+    return name_matches(m.namespaces, pod.namespace) and selector_matches(m.namespaceSelector, pod.ns_labels)
 
 
 def _str_map(value: Any) -> dict[str, str]:
