@@ -35,7 +35,7 @@ class RuleContext:
     ns_labels: Mapping[str, str]
     builder: PatchBuilder
     sink: Findings
-    classes: Sequence[tuple[schema.ClassMatch, str]] = ()
+    classes: match.Classifier = match.Classifier(())
     slots: gpu.Slots = field(default_factory=dict)
     _workload_class: str | None = None
 
@@ -44,8 +44,7 @@ class RuleContext:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
         if self._workload_class is None:
             meta = self.meta
-            self._workload_class = match.classify(
-                self.classes,
+            self._workload_class = self.classes.classify(
                 pod_meta=meta,
                 owner_kinds=owner_kinds(meta),
                 workload_kind=self.request.kind,

@@ -139,7 +139,7 @@ def _evaluate(
                 ctx = contexts[index] = RuleContext(
                     request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
                     target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
-                    classes=policies.class_entries, slots=slots[index],
+                    classes=policies.classifier, slots=slots[index],
                 )
             ctx.policy, ctx.is_gpu = policy, is_gpu
             ctx.slots = gpu.narrow(slots[index], is_gpu) if narrower else slots[index]

@@ -16,6 +16,7 @@ import yaml
 from webhook.errors import PolicyError
 from webhook.policy import schema
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
+from webhook.policy.match import Classifier
 from webhook.policy.workload import BUILTIN_KINDS, KindPaths, kind_index
 
 POLICY_SUFFIXES = (".yaml", ".yml")
@@ -67,6 +68,11 @@ class PolicySet:
         return tuple(
             (entry, cls.spec.workloadClass or cls.metadata.name) for cls in self.classes for entry in cls.spec.matchAny
         )
+
+    @cached_property
+    def classifier(self) -> Classifier:
+        """The class entries, indexed for classifying pods."""
+        return Classifier(self.class_entries)
 
     @cached_property
     def active_policies(self) -> tuple[schema.GPUPolicy, ...]:

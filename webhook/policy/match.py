@@ -85,6 +85,77 @@ class PodFacts:
     ns_labels: Mapping[str, str]
 
 
+class Classifier:
+    """Finds a pod's workload class; the class entries are indexed once, at load.
+
+    Most entries can only match when the pod has one particular owner kind,
+    workload kind, label or annotation (their *anchor*). Classifying looks up
+    the pod's own kinds, label keys and annotation keys in that index, then
+    checks just those candidates (plus entries without an anchor) in order,
+    instead of every entry against every pod.
+    """
+
+    def __init__(self, entries: Sequence[tuple[schema.ClassMatch, str]]) -> None:
+        self.entries = tuple(entries)
+        self._owner: dict[str, list[int]] = {}
+        self._kind: dict[str, list[int]] = {}
+        self._label: dict[str, list[int]] = {}
+        self._annotation: dict[str, list[int]] = {}
+        self._always: list[int] = []
+        for index, (entry, _) in enumerate(self.entries):
+            table, keys = self._anchor(entry)
+            if table is None:
+                self._always.append(index)
+            for key in keys:
+                table.setdefault(key, []).append(index)  # type: ignore[union-attr]
+
+    def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, list[int]] | None, tuple[str, ...]]:
+        """One condition the entry cannot match without, as (index table, keys any of which it needs)."""
+        if m.ownerKinds:
+            return self._owner, tuple(m.ownerKinds)
+        if m.workloadKinds:
+            return self._kind, tuple(m.workloadKinds)
+        if m.labels is not None:
+            if m.labels.matchLabels:
+                return self._label, (next(iter(m.labels.matchLabels)),)
+            for req in m.labels.matchExpressions:
+                if req.operator in ("In", "Exists"):
+                    return self._label, (req.key,)
+        if m.annotations:
+            return self._annotation, (next(iter(m.annotations)),)
+        return None, ()
+
+    def classify(
+        self,
+        *,
+        pod_meta: Mapping[str, Any],
+        owner_kinds: set[str],
+        workload_kind: str,
+        namespace: str,
+        ns_labels: Mapping[str, str],
+    ) -> str:
+        """The class of the first matching entry (classes by order, then name); "" when none does."""
+        candidates = set(self._always)
+        for kind in owner_kinds:
+            candidates.update(self._owner.get(kind, ()))
+        candidates.update(self._kind.get(workload_kind, ()))
+        labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
+        if isinstance(labels, dict) and self._label:
+            for key in labels:
+                candidates.update(self._label.get(key, ()))
+        if isinstance(annotations, dict) and self._annotation:
+            for key in annotations:
+                candidates.update(self._annotation.get(key, ()))
+        if not candidates:
+            return ""
+        facts = PodFacts(_str_map(labels), _str_map(annotations), owner_kinds, workload_kind, namespace, ns_labels)
+        for index in sorted(candidates):
+            entry, workload_class = self.entries[index]
+            if _class_entry_matches(entry, facts):
+                return workload_class
+        return ""
+
+
 def classify(
     entries: Sequence[tuple[schema.ClassMatch, str]],
     *,
@@ -94,7 +165,7 @@ def classify(
     namespace: str,
     ns_labels: Mapping[str, str],
 ) -> str:
-    """The class of the first matching entry (classes by order, then name); "" when none does."""
+    """The class of the first matching entry, checked one by one (the reference ``Classifier`` must agree with)."""
     facts = PodFacts(
         _str_map(pod_meta.get("labels")), _str_map(pod_meta.get("annotations")),
         owner_kinds, workload_kind, namespace, ns_labels,

@@ -17,13 +17,22 @@ Path = Sequence[str | int]
 _MISSING = object()
 
 
+#: JSON pointers of the paths rules write again and again (bounded: paths
+#: can hold user-chosen keys such as annotation names).
+_POINTERS: dict[tuple[str | int, ...], str] = {}
+_POINTERS_MAX = 4096
+
+
 def pointer(path: Path) -> str:
     """RFC 6901 JSON pointer of a path (``~`` → ``~0``, ``/`` → ``~1``)."""
-    parts = [str(p) for p in path]
-    text = "/" + "/".join(parts)
-    if "~" not in text and text.count("/") == len(parts):
-        return text
-    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+    key = path if type(path) is tuple else tuple(path)
+    text = _POINTERS.get(key)
+    if text is None:
+        text = "".join(["/" + (str(p).replace("~", "~0").replace("/", "~1")) for p in key])
+        if len(_POINTERS) >= _POINTERS_MAX:
+            _POINTERS.clear()
+        _POINTERS[key] = text
+    return text
 
 
 def lookup(doc: Any, path: Path, default: Any = None) -> Any:
@@ -69,6 +78,8 @@ class PatchBuilder:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
         node = self.doc
         last = len(path) - 1
+        if last < 0:
+            raise ValueError("set needs a non-empty path")
         for depth, key in enumerate(path):
             child = _child(node, key)
             if child is _MISSING or child is None or (depth < last and not _holds(child, path[depth + 1])):
@@ -80,13 +91,11 @@ class PatchBuilder:
                     nested = {inner: nested}
                 self._write(path[: depth + 1], nested, "add" if child is _MISSING else "replace")
                 return True
-            if depth == last:
-                if child == value:
-                    return False
-                self._write(path, value, "replace")
-                return True
             node = child
-        raise ValueError("set needs a non-empty path")
+        if node == value:
+            return False
+        self._write(path, value, "replace")
+        return True
 
     def set_default(self, path: Path, value: Any) -> bool:
         """Set ``path`` only when it is absent (or null)."""
@@ -124,30 +133,31 @@ class PatchBuilder:
         return True
 
     def _write(self, path: Path, value: Any, op: str) -> None:
-        parent = self._owned_parent(path[:-1])
+        parent = self._owned_parent(path, len(path) - 1)
         key = path[-1]
         if op == "remove":
             del parent[key]
             self.ops.append({"op": "remove", "path": pointer(path)})
             return
-        if op == "add" and isinstance(parent, list):
+        if op == "add" and type(parent) is list:
             parent.insert(int(key), value)
         else:
             parent[key] = value
         self.ops.append({"op": op, "path": pointer(path), "value": value})
 
-    def _owned_parent(self, path: Path) -> Any:
-        """The container at ``path``, copying every container on the way that we do not own."""
-        if id(self.doc) not in self._owned:
-            self.doc = _shallow(self.doc)
-            self._owned[id(self.doc)] = self.doc
+    def _owned_parent(self, path: Path, depth: int) -> Any:
+        """The container at ``path[:depth]``, copying every container on the way that we do not own."""
+        owned = self._owned
         node = self.doc
-        for key in path:
+        if id(node) not in owned:
+            node = self.doc = _shallow(node)
+            owned[id(node)] = node
+        for index in range(depth):
+            key = path[index]
             child = node[key]
-            if id(child) not in self._owned:
-                child = _shallow(child)
-                node[key] = child
-                self._owned[id(child)] = child
+            if id(child) not in owned:
+                child = node[key] = _shallow(child)
+                owned[id(child)] = child
             node = child
         return node
 
@@ -169,8 +179,9 @@ def _holds(node: Any, key: str | int) -> bool:
 
 
 def _shallow(node: Any) -> Any:
-    if isinstance(node, dict):
-        return dict(node)
-    if isinstance(node, list):
-        return list(node)
+    kind = type(node)
+    if kind is dict or kind is list:
+        return node.copy()
+    if isinstance(node, (dict, list)):
+        return kind(node)
     raise TypeError(f"cannot patch inside a {type(node).__name__}")

@@ -1,0 +1,105 @@
+"""The indexed workload classifier agrees with checking every class entry in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webhook.policy import loader, match, schema
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = loader.load_directory(REPO / "policies")
+
+KEYS = ["gpu-admission.io/workload-class", "notebook-name", "component", "app", "training.kubeflow.org/job-name",
+        "serving.kserve.io/inferenceservice", "team", "example.com/a"]
+VALUES = ["training", "inference", "notebook", "batch", "singleuser-server", "x", ""]
+KINDS = ["Pod", "Job", "CronJob", "Deployment", "StatefulSet", "ReplicaSet", "PyTorchJob", "Notebook", "RayJob", "JobSet"]
+OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
+
+label_maps = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=4)
+
+
+@st.composite
+def selectors(draw: Any) -> dict[str, Any]:
+    selector: dict[str, Any] = {}
+    if draw(st.booleans()):
+        selector["matchLabels"] = draw(label_maps)
+    if draw(st.booleans()):
+        selector["matchExpressions"] = [
+            {"key": draw(st.sampled_from(KEYS)), "operator": op,
+             **({"values": draw(st.lists(st.sampled_from(VALUES), min_size=1, max_size=2))} if op in ("In", "NotIn") else {})}
+            for op in draw(st.lists(st.sampled_from(OPERATORS), max_size=2))
+        ]
+    return selector
+
+
+@st.composite
+def class_entries(draw: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    if draw(st.booleans()):
+        entry["labels"] = draw(selectors())
+    if draw(st.integers(0, 3)) == 0:
+        entry["annotations"] = draw(st.dictionaries(st.sampled_from(KEYS), st.sampled_from([*VALUES, "*"]), max_size=2))
+    if draw(st.booleans()):
+        entry["ownerKinds"] = draw(st.lists(st.sampled_from(KINDS), max_size=3))
+    if draw(st.booleans()):
+        entry["workloadKinds"] = draw(st.lists(st.sampled_from(KINDS), max_size=3))
+    if draw(st.integers(0, 4)) == 0:
+        entry["namespaces"] = draw(st.lists(st.sampled_from(["ml", "ml-*", "prod"]), min_size=1, max_size=2))
+    return entry
+
+
+@st.composite
+def pods(draw: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if draw(st.booleans()):
+        meta["labels"] = draw(label_maps)
+    if draw(st.booleans()):
+        meta["annotations"] = draw(label_maps)
+    owners = draw(st.lists(st.sampled_from(KINDS), max_size=2))
+    if owners:
+        meta["ownerReferences"] = [{"kind": k, "name": "o", "apiVersion": "v1", "uid": "u"} for k in owners]
+    return {
+        "meta": meta,
+        "owner_kinds": set(owners),
+        "workload_kind": draw(st.sampled_from(KINDS)),
+        "namespace": draw(st.sampled_from(["ml", "ml-a", "prod", "default"])),
+        "ns_labels": draw(label_maps),
+    }
+
+
+def _both(entries: list[tuple[schema.ClassMatch, str]], pod: dict[str, Any]) -> tuple[str, str]:
+    facts = dict(pod_meta=pod["meta"], owner_kinds=pod["owner_kinds"], workload_kind=pod["workload_kind"],
+                 namespace=pod["namespace"], ns_labels=pod["ns_labels"])
+    return match.Classifier(entries).classify(**facts), match.classify(entries, **facts)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.lists(st.tuples(class_entries(), st.sampled_from(VALUES[:4])), max_size=8), pod=pods())
+def test_indexed_classifier_agrees_with_the_linear_scan(raw: list[tuple[dict[str, Any], str]], pod: dict[str, Any]) -> None:
+    entries = [(schema.ClassMatch.model_validate(entry), name) for entry, name in raw]
+    indexed, linear = _both(entries, pod)
+    assert indexed == linear
+
+
+@settings(max_examples=300, deadline=None)
+@given(pod=pods())
+def test_shipped_classes_agree_with_the_linear_scan(pod: dict[str, Any]) -> None:
+    indexed, linear = _both(list(SHIPPED.class_entries), pod)
+    assert indexed == linear
+
+
+def test_a_pod_matching_no_anchor_has_no_class_and_an_anchored_one_does() -> None:
+    classifier = SHIPPED.classifier
+    common = dict(owner_kinds=set(), namespace="ml", ns_labels={})
+    assert classifier.classify(pod_meta={"labels": {"app": "x"}}, workload_kind="Pod", **common) == ""
+    assert classifier.classify(pod_meta={"labels": {"notebook-name": "nb"}}, workload_kind="Pod", **common) == "notebook"
+    assert classifier.classify(pod_meta={}, workload_kind="Pod", **{**common, "owner_kinds": {"Job"}}) == "batch"
+    # an explicit label outranks the owner heuristics (lower order is tried first)
+    assert classifier.classify(
+        pod_meta={"labels": {"gpu-admission.io/workload-class": "inference"}}, workload_kind="Pod",
+        **{**common, "owner_kinds": {"Job"}},
+    ) == "inference"
