@@ -72,7 +72,10 @@ class RuleContext:
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:
         """Containers of this pod spec that mention a GPU resource (as they are now)."""
-        return [ref for ref in gpu.containers(self.spec) if (ref.list_name, ref.index) in self.slots]
+        spec, refs = self.spec, []
+        for list_name, index in self.slots:  # in the pod's order: init containers first
+            refs.append(gpu.ContainerRef(list_name, index, spec[list_name][index]))
+        return refs
 
     def gpu_names(self, ref: gpu.ContainerRef) -> frozenset[str]:
         """GPU resource names a container mentions (empty for non-GPU containers)."""

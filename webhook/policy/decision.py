@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.policy.schema import Mode
 
@@ -22,8 +22,7 @@ class Finding:
         return f"[{self.policy}/{self.rule}] {self.message}"
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     """One change a rule made to the object (mutations in enforce mode)."""
 
     policy: str

@@ -112,6 +112,52 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
+@dataclass(frozen=True)
+class _PolicyPlan:
+    """One policy as it runs on one kind in one phase, worked out once per policy set."""
+
+    policy: schema.GPUPolicy
+    #: (rule, settings, run in warn/audit mode as a dry run?)
+    rules: tuple[tuple[_Rule, Any, bool], ...]
+    is_gpu: gpu.ResourceMatcher
+    narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
+    gpu_only: bool
+    by_namespace: bool  # has namespace conditions, checked per request
+    by_class: bool  # has workload-class conditions, checked per pod spec
+
+
+def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
+    """The policies that can apply to ``kind`` in ``phase``, with their rules (worked out once)."""
+    key = ("plans", group, kind, phase)
+    plans = policies.memo.get(key)
+    if plans is None:
+        built = []
+        for policy in policies.active_policies:
+            rules = [(rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)]
+            if not rules or not match.kind_matches(policy.spec.match.kinds, group, kind):
+                continue
+            spec = policy.spec
+            is_gpu, narrower = policies.matcher_of(policy)
+            built.append(_PolicyPlan(
+                policy=policy,
+                rules=tuple((rule, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules),
+                is_gpu=is_gpu,
+                narrower=narrower,
+                gpu_only=spec.match.gpuOnly,
+                by_namespace=bool(
+                    spec.match.namespaces or spec.match.namespaceSelector is not None
+                    or (spec.exclude is not None and (spec.exclude.namespaces or spec.exclude.namespaceSelector is not None))
+                ),
+                by_class=bool(spec.match.workloadClasses or (spec.exclude is not None and spec.exclude.workloadClasses)),
+            ))
+        plans = policies.memo[key] = tuple(built)
+    return plans
+
+
+def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
+    return cfg is not None and cfg.mode != "off" and phase in rule.phases
+
+
 def _evaluate(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
 ) -> Decision:
@@ -119,50 +165,40 @@ def _evaluate(
     slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
     if not any(slots) and not policies.looks_beyond_gpu_pods:
         return ALLOW
+    plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj)
     sink = Findings()
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     contexts: list[RuleContext | None] = [None] * len(targets)
-    for policy in policies.active_policies:
-        if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
+    for plan in plans:
+        policy = plan.policy
+        if plan.by_namespace and not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
-        rules = _plan(policies, policy, phase)
-        if not rules:
-            continue
-        is_gpu, narrower = policies.matcher_of(policy)
         for index, target in enumerate(targets):
-            if not slots[index] and policy.spec.match.gpuOnly:
+            if plan.gpu_only and not slots[index]:
                 continue
             ctx = contexts[index]
             if ctx is None:
                 ctx = contexts[index] = RuleContext(
                     request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
-                    target=target, is_gpu=is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
+                    target=target, is_gpu=plan.is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
                     classes=policies.classifier, slots=slots[index],
                 )
-            ctx.policy, ctx.is_gpu = policy, is_gpu
-            ctx.slots = gpu.narrow(slots[index], is_gpu) if narrower else slots[index]
-            if match.class_applies(policy, ctx):
-                _run_rules(ctx, rules)
+            ctx.policy, ctx.is_gpu = policy, plan.is_gpu
+            ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
+            if plan.by_class and not match.class_applies(policy, ctx):
+                continue
+            for rule, cfg, dry in plan.rules:
+                ctx.rule = rule.name
+                ctx.mode = cfg.mode
+                if dry:
+                    _dry_run(replace(ctx), rule, cfg)
+                else:
+                    rule.run(ctx, cfg)
     if phase == "mutate":
         _record_provenance(builder, sink)
     return _decide(builder, sink)
-
-
-def _plan(policies: PolicySet, policy: schema.GPUPolicy, phase: Phase) -> list[tuple[_Rule, Any]]:
-    """The rules of ``policy`` that run in ``phase``, with their settings (worked out once)."""
-    key = (policy.metadata.name, phase)
-    plan = policies.memo.get(key)
-    if plan is None:
-        plan = policies.memo[key] = [
-            (rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)
-        ]
-    return plan
-
-
-def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
-    return cfg is not None and cfg.mode != "off" and phase in rule.phases
 
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
@@ -182,15 +218,6 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     for key in path:
         node = node[key]
     return node if isinstance(node, dict) else {}
-
-
-def _run_rules(ctx: RuleContext, rules: list[tuple[_Rule, Any]]) -> None:
-    for rule, cfg in rules:
-        ctx.rule, ctx.mode = rule.name, cfg.mode
-        if ctx.phase == "mutate" and cfg.mode != "enforce":
-            _dry_run(replace(ctx), rule, cfg)
-        else:
-            rule.run(ctx, cfg)
 
 
 def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:

@@ -38,13 +38,18 @@ class ResourceMatcher:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
 
 
-@dataclass(frozen=True)
 class ContainerRef:
     """One container of a pod spec: which list, where, and the container itself."""
 
-    list_name: str  # "containers" or "initContainers"
-    index: int
-    container: Mapping[str, Any]
+    __slots__ = ("list_name", "index", "container")
+
+    def __init__(self, list_name: str, index: int, container: Mapping[str, Any]) -> None:
+        self.list_name = list_name  # "containers" or "initContainers"
+        self.index = index
+        self.container = container
+
+    def __repr__(self) -> str:
+        return f"ContainerRef({self.list_name!r}, {self.index})"
 
     @property
     def name(self) -> str:

@@ -84,6 +84,11 @@ class ShmRule(RuleBase):
             fraction=Decimal(str(self.memoryFraction)),
         )
 
+    @cached_property
+    def size_memo(self) -> dict[str, int]:
+        """memory limit → /dev/shm size in bytes, filled as limits are seen."""
+        return {}
+
 
 @dataclass(frozen=True)
 class ShmSizes:

@@ -38,13 +38,16 @@ def pointer(path: Path) -> str:
 def lookup(doc: Any, path: Path, default: Any = None) -> Any:
     """The value at ``path`` in plain JSON data, or ``default``."""
     node = doc
-    try:
-        for key in path:
-            if isinstance(node, str):  # a string is not a list of characters here
+    for key in path:
+        kind = type(node)
+        if kind is dict:
+            node = node.get(key, _MISSING) if type(key) is str else _MISSING
+            if node is _MISSING:
                 return default
+        elif kind is list and type(key) is int and -len(node) <= key < len(node):  # type: ignore[operator]
             node = node[key]
-    except (KeyError, IndexError, TypeError):
-        return default
+        else:  # a scalar (a string is not a list of characters here), or a key of the wrong type
+            return default
     return node
 
 
@@ -77,12 +80,19 @@ class PatchBuilder:
     def set(self, path: Path, value: Any) -> bool:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
         node = self.doc
-        last = len(path) - 1
-        if last < 0:
+        if not path:
             raise ValueError("set needs a non-empty path")
         for depth, key in enumerate(path):
-            child = _child(node, key)
-            if child is _MISSING or child is None or (depth < last and not _holds(child, path[depth + 1])):
+            kind = type(node)
+            if kind is dict and type(key) is str:
+                child = node.get(key, _MISSING)
+            elif kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
+                child = node[key]
+            else:
+                child = _MISSING
+            if child is _MISSING or child is None or (
+                depth < len(path) - 1 and not _holds(child, path[depth + 1])
+            ):
                 # add the whole missing subtree at its first missing (or null) ancestor;
                 # a parent of the wrong type (a string where a map belongs, in an
                 # object no API server would accept) is replaced the same way
@@ -120,10 +130,10 @@ class PatchBuilder:
     def append(self, list_path: Path, item: Any) -> None:
         """Append to the list at ``list_path``; create the list when it is missing."""
         current = lookup(self.doc, list_path)
-        if not isinstance(current, list):
+        if type(current) is not list:
             self.set(list_path, [item])
             return
-        self._write([*list_path, len(current)], item, "add")
+        self._write((*list_path, len(current)), item, "add")
 
     def remove(self, path: Path) -> bool:
         """Remove ``path`` if present; False when there was nothing to remove."""
@@ -162,20 +172,11 @@ class PatchBuilder:
         return node
 
 
-def _child(node: Any, key: str | int) -> Any:
-    kind = type(node)
-    if kind is dict:
-        return node.get(key, _MISSING) if type(key) is str else _MISSING
-    if kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
-        return node[key]
-    return _MISSING
-
-
 def _holds(node: Any, key: str | int) -> bool:
     """Can ``node`` have a child at ``key`` (a map for names, a list for indexes)?"""
-    if isinstance(key, str):
-        return isinstance(node, dict)
-    return isinstance(node, list) and 0 <= key < len(node)
+    if type(key) is str:
+        return type(node) is dict
+    return type(node) is list and type(key) is int and 0 <= key < len(node)  # type: ignore[operator]
 
 
 def _shallow(node: Any) -> Any:

@@ -71,7 +71,7 @@ def is_whole(value: Decimal) -> bool:
     return value == value.to_integral_value()
 
 
-def format_bytes(value: Decimal) -> str:
+def format_bytes(value: Decimal | int) -> str:
     """A byte quantity in the largest binary unit that keeps it whole."""
     amount = int(value)
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):

@@ -20,20 +20,22 @@ from webhook.policy.patch import submap
 PHASES = ("mutate",)
 MOUNT_PATH = "/dev/shm"
 MIB = Decimal(2**20)
+MIB_BYTES = 2**20
 
 
 def run(ctx: RuleContext, cfg: ShmRule) -> None:
-    if ctx.spec.get("hostIPC") is True or submap(ctx.spec, "os").get("name") == "windows":
+    spec = ctx.spec
+    if spec.get("hostIPC") is True or submap(spec, "os").get("name") == "windows":
         # with hostIPC the runtime mounts the host's /dev/shm, which the pod shares on purpose;
         # Windows has no /dev/shm
         return
     targets = [
         ref for ref in ctx.gpu_containers()
-        if (cfg.initContainers or not ref.is_init) and not _mounts_shm(ref.container)
+        if (cfg.initContainers or not ref.list_name == "initContainers") and not _mounts_shm(ref.container)
     ]
     if not targets:
         return
-    volumes = ctx.spec.get("volumes")
+    volumes = spec.get("volumes")
     volumes = [v for v in volumes if isinstance(v, dict)] if isinstance(volumes, list) else []
     name = _volume_name(volumes, cfg.volumeName)
     if not any(v.get("name") == name for v in volumes):
@@ -67,19 +69,34 @@ def _volume_name(volumes: list[Mapping[str, Any]], base: str) -> str:
     return candidate
 
 
-def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> Decimal:
+def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> int:
+    """The volume size this container needs, in bytes (whole MiB, rounded down, at least 1Mi)."""
+    limit = gpu.resource_map(container, "limits").get("memory")
+    if type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
+        return _compute_size(limit, cfg)
+    memo = cfg.size_memo
+    size = memo.get(limit)
+    if size is None:
+        if len(memo) >= 1024:  # limits are few; bound them anyway
+            memo.clear()
+        size = memo[limit] = _compute_size(limit, cfg)
+    return size
+
+
+def _compute_size(raw_limit: Any, cfg: ShmRule) -> int:
     sizes = cfg.bytes
-    limit = quantity.parse_quantity(gpu.resource_map(container, "limits").get("memory"))
+    limit = quantity.parse_quantity(raw_limit)
     if sizes.fixed is not None:
         wanted = sizes.fixed
     elif limit is None:
         wanted = sizes.without_limit
     else:
         wanted = min(max(limit * sizes.fraction, sizes.minimum), sizes.maximum)
-    return min(wanted, limit) if limit is not None and limit > 0 else wanted
+    if limit is not None and limit > 0:
+        wanted = min(wanted, limit)
+    # whole MiB rounded down, so never above the limit
+    return max(int(wanted / MIB), 1) * MIB_BYTES
 
 
-def _format(size: Decimal) -> str:
-    """Whole MiB, rounded down (so never above the limit), at least 1Mi."""
-    mib = max(int(size / MIB), 1)
-    return quantity.format_bytes(Decimal(mib) * MIB)
+def _format(size: int) -> str:
+    return quantity.format_bytes(size)
