@@ -74,6 +74,18 @@ def containers(spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
                     yield ContainerRef(list_name, index, container)
 
 
+def container_list(spec: Mapping[str, Any]) -> list[ContainerRef]:
+    """``containers(spec)`` as a list."""
+    refs = []
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if type(items) is list:
+            for index, container in enumerate(items):
+                if type(container) is dict:
+                    refs.append(ContainerRef(list_name, index, container))
+    return refs
+
+
 def resource_map(container: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     """``resources.limits`` or ``resources.requests`` of a container, {} when absent."""
     resources = container.get("resources")

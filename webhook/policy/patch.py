@@ -79,32 +79,49 @@ class PatchBuilder:
 
     def set(self, path: Path, value: Any) -> bool:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
-        node = self.doc
         if not path:
             raise ValueError("set needs a non-empty path")
+        owned = self._owned
+        node = self.doc
+        if id(node) not in owned:
+            node = self.doc = _shallow(node)
+            owned[id(node)] = node
+        # one walk down, copying what we do not own yet (a copy that turns out
+        # not to be needed changes nothing but identity)
+        last = len(path) - 1
         for depth, key in enumerate(path):
             kind = type(node)
-            if kind is dict and type(key) is str:
-                child = node.get(key, _MISSING)
+            if kind is dict:
+                child = node.get(key, _MISSING) if type(key) is str else _MISSING
             elif kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
                 child = node[key]
             else:
                 child = _MISSING
-            if child is _MISSING or child is None or (
-                depth < len(path) - 1 and not _holds(child, path[depth + 1])
-            ):
+            if depth == last:
+                if child is not _MISSING and child is not None and child == value:
+                    return False
+                break
+            if child is _MISSING or child is None or not _holds(child, path[depth + 1]):
                 # add the whole missing subtree at its first missing (or null) ancestor;
                 # a parent of the wrong type (a string where a map belongs, in an
                 # object no API server would accept) is replaced the same way
-                nested: Any = value
                 for inner in reversed(path[depth + 1 :]):
-                    nested = {inner: nested}
-                self._write(path[: depth + 1], nested, "add" if child is _MISSING else "replace")
-                return True
+                    value = {inner: value}
+                path = path[: depth + 1]
+                break
+            if id(child) not in owned:
+                child = node[key] = _shallow(child)
+                owned[id(child)] = child
             node = child
-        if node == value:
-            return False
-        self._write(path, value, "replace")
+        if child is _MISSING:
+            if type(node) is list:
+                node.insert(key, value)  # type: ignore[arg-type]
+            else:
+                node[key] = value
+            self.ops.append({"op": "add", "path": pointer(path), "value": value})
+        else:
+            node[key] = value
+            self.ops.append({"op": "replace", "path": pointer(path), "value": value})
         return True
 
     def set_default(self, path: Path, value: Any) -> bool:
@@ -119,52 +136,53 @@ class PatchBuilder:
         When the map is missing or empty it is written whole, as one operation.
         """
         current = lookup(self.doc, path)
-        if not isinstance(current, dict) or not current:
+        if type(current) is not dict or not current:
             return self.set(path, dict(defaults)) if defaults else False
         changed = False
         for key, value in defaults.items():
             if current.get(key) is None:
-                changed |= self.set([*path, key], value)
+                changed |= self.set((*path, key), value)
         return changed
 
     def append(self, list_path: Path, item: Any) -> None:
         """Append to the list at ``list_path``; create the list when it is missing."""
-        current = lookup(self.doc, list_path)
-        if type(current) is not list:
+        items = self._owned_at(list_path)
+        if type(items) is not list:
             self.set(list_path, [item])
             return
-        self._write((*list_path, len(current)), item, "add")
+        self.ops.append({"op": "add", "path": pointer((*list_path, len(items))), "value": item})
+        items.append(item)
 
     def remove(self, path: Path) -> bool:
         """Remove ``path`` if present; False when there was nothing to remove."""
-        if lookup(self.doc, path, _MISSING) is _MISSING:
+        if not path or lookup(self.doc, path, _MISSING) is _MISSING:
             return False
-        self._write(path, _MISSING, "remove")
+        parent = self._owned_at(path[:-1])
+        del parent[path[-1]]
+        self.ops.append({"op": "remove", "path": pointer(path)})
         return True
 
-    def _write(self, path: Path, value: Any, op: str) -> None:
-        parent = self._owned_parent(path, len(path) - 1)
-        key = path[-1]
-        if op == "remove":
-            del parent[key]
-            self.ops.append({"op": "remove", "path": pointer(path)})
-            return
-        if op == "add" and type(parent) is list:
-            parent.insert(int(key), value)
-        else:
-            parent[key] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": value})
+    def _owned_at(self, path: Path) -> Any:
+        """The map or list at ``path``, copied on the way down where we do not own it yet.
 
-    def _owned_parent(self, path: Path, depth: int) -> Any:
-        """The container at ``path[:depth]``, copying every container on the way that we do not own."""
+        None when the path does not lead to a map or list.
+        """
         owned = self._owned
         node = self.doc
         if id(node) not in owned:
             node = self.doc = _shallow(node)
             owned[id(node)] = node
-        for index in range(depth):
-            key = path[index]
-            child = node[key]
+        for key in path:
+            kind = type(node)
+            if kind is dict:
+                child = node.get(key) if type(key) is str else None
+            elif kind is list and type(key) is int and -len(node) <= key < len(node):  # type: ignore[operator]
+                child = node[key]
+            else:
+                return None
+            kind = type(child)
+            if kind is not dict and kind is not list:
+                return None
             if id(child) not in owned:
                 child = node[key] = _shallow(child)
                 owned[id(child)] = child

@@ -20,14 +20,19 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
-    if is_windows(ctx.spec):
+    spec = ctx.spec
+    if is_windows(spec):
         return  # the API rejects these Linux fields on Windows pods
-    refs = list(gpu.containers(ctx.spec))
+    refs = gpu.container_list(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
-    _pod_defaults(ctx, cfg, refs)
-    for ref in refs:
-        _container_defaults(ctx, ref)
+    container_scs = [_sc(ref.container) for ref in refs]
+    changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
+    base = ctx.target.spec_path
+    for ref, sc in zip(refs, container_scs):
+        changed |= _container_defaults(ctx, (*base, ref.list_name, ref.index, "securityContext"), sc)
+    if changed:
+        ctx.changed("securityContext")
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,15 +49,18 @@ def _asks_for_root(sc: Mapping[str, Any]) -> bool:
 
 def _needs_escalation(sc: Mapping[str, Any]) -> bool:
     """privileged, or CAP_SYS_ADMIN: the API rejects allowPrivilegeEscalation: false with either."""
+    if sc.get("privileged") is True:
+        return True
     added = sublist(submap(sc, "capabilities"), "add")
-    return sc.get("privileged") is True or "CAP_SYS_ADMIN" in added or "SYS_ADMIN" in added
+    return "CAP_SYS_ADMIN" in added or "SYS_ADMIN" in added
 
 
-def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
-    pod_sc = _sc(ctx.spec)
+def _pod_defaults(
+    ctx: RuleContext, cfg: SecurityContextRule, pod_sc: Mapping[str, Any], container_scs: list[dict[str, Any]]
+) -> bool:
     # a pod or container that asks for root keeps it: forcing a UID onto it
     # would only trade a policy violation for a container that cannot start
-    explicit_root = _asks_for_root(pod_sc) or any(_asks_for_root(_sc(r.container)) for r in refs)
+    explicit_root = _asks_for_root(pod_sc) or any(_asks_for_root(sc) for sc in container_scs if sc)
     wanted: dict[str, Any] = {}
     if not explicit_root and "runAsNonRoot" not in pod_sc:
         wanted["runAsNonRoot"] = True
@@ -64,18 +72,16 @@ def _pod_defaults(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.Con
         wanted["fsGroup"] = cfg.fsGroup
         # avoid a recursive chown of every volume at each start
         wanted["fsGroupChangePolicy"] = "OnRootMismatch"
-    every_container_has_seccomp = bool(refs) and all(_sc(r.container).get("seccompProfile") for r in refs)
-    if cfg.seccompProfile and not every_container_has_seccomp:
+    if cfg.seccompProfile and not (container_scs and all(sc.get("seccompProfile") for sc in container_scs)):
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
-    if ctx.builder.fill(ctx.spec_path("securityContext"), wanted):
-        ctx.changed("securityContext")
+    return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
-def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef) -> None:
-    sc = _sc(ref.container)
+def _container_defaults(ctx: RuleContext, path: tuple[str | int, ...], sc: Mapping[str, Any]) -> bool:
+    if not sc:  # the common case: nothing set, so everything is written as one operation
+        return ctx.builder.fill(path, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
     if _needs_escalation(sc):
-        return
-    path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
+        return False
     caps = submap(sc, "capabilities")
     drop = caps.get("drop")
     wanted: dict[str, Any] = {"allowPrivilegeEscalation": False}
@@ -87,8 +93,7 @@ def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef) -> None:
     elif caps and isinstance(drop, list) and "ALL" not in drop:
         ctx.builder.append((*path, "capabilities", "drop"), "ALL")
         changed = True
-    if changed:
-        ctx.changed("securityContext")
+    return changed
 
 
 def _report_violations(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
