@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.policy import gpu, match, schema
 from webhook.policy.context import Findings, RuleContext
-from webhook.policy.decision import ALLOW, Decision
+from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
 from webhook.policy.patch import PatchBuilder, submap
 from webhook.policy.request import Phase, Request
@@ -196,9 +196,10 @@ def _evaluate(
                     _dry_run(replace(ctx), rule, cfg)
                 else:
                     rule.run(ctx, cfg)
-    if phase == "mutate":
-        _record_provenance(builder, sink)
-    return _decide(builder, sink)
+    summary = _summary(sink.changes) if sink.changes else ""
+    if summary and phase == "mutate":
+        _record_provenance(builder, summary)
+    return _decide(builder, sink, summary)
 
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
@@ -229,18 +230,20 @@ def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:
         ctx.report(f"{ctx.where()}: would set {change}")
 
 
-def _record_provenance(builder: PatchBuilder, sink: Findings) -> None:
-    if not sink.changes:
-        return
-    annotations = builder.get(("metadata", "annotations"))
-    if annotations is not None and not isinstance(annotations, dict):
+def _record_provenance(builder: PatchBuilder, summary: str) -> None:
+    """Name what changed and which policy did it, merged into an earlier pass's note."""
+    metadata = builder.doc.get("metadata")
+    annotations = metadata.get("annotations") if type(metadata) is dict else None
+    if annotations is not None and type(annotations) is not dict:
         return  # not an object kube-apiserver would accept; nothing to annotate
-    path = ("metadata", "annotations", PROVENANCE_ANNOTATION)
-    previous = builder.get(path)
-    rules, policies = _parse_provenance(previous if isinstance(previous, str) else "")
-    rules.update(dict.fromkeys(c.what for c in sink.changes))
-    policies.update(dict.fromkeys(c.policy for c in sink.changes))
-    builder.set(path, f"{','.join(rules)}; policy={','.join(policies)}")
+    previous = annotations.get(PROVENANCE_ANNOTATION) if annotations else None
+    if isinstance(previous, str) and previous:
+        rules, policies = _parse_provenance(previous)
+        more_rules, more_policies = _parse_provenance(summary)
+        rules.update(more_rules)
+        policies.update(more_policies)
+        summary = f"{','.join(rules)}; policy={','.join(policies)}"
+    builder.set(("metadata", "annotations", PROVENANCE_ANNOTATION), summary)
 
 
 def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
@@ -251,13 +254,18 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
     )
 
 
-def _decide(builder: PatchBuilder, sink: Findings) -> Decision:
+def _summary(changes: list[Change]) -> str:
+    """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
+    parts = dict.fromkeys([c.what for c in changes])
+    owners = dict.fromkeys([c.policy for c in changes])
+    return f"{','.join(parts)}; policy={','.join(owners)}"
+
+
+def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
     findings = tuple(sink.findings)
     warnings = [f.text() for f in findings if f.mode == "warn"]
-    if sink.changes:
-        parts = dict.fromkeys(c.what for c in sink.changes)
-        owners = dict.fromkeys(c.policy for c in sink.changes)
-        warnings.insert(0, f"gpu-admission mutated: {','.join(parts)}; policy={','.join(owners)}")
+    if summary:
+        warnings.insert(0, f"gpu-admission mutated: {summary}")
     return Decision(
         allowed=not any(f.mode == "enforce" for f in findings),
         patch=tuple(builder.ops),

@@ -110,10 +110,24 @@ Slots = dict[tuple[str, int], frozenset[str]]
 
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     slots: Slots = {}
-    for ref in containers(spec):
-        names = gpu_names(ref.container, is_gpu)
-        if names:
-            slots[(ref.list_name, ref.index)] = frozenset(names)
+    exact, prefixes = is_gpu.exact, is_gpu.prefixes
+    for list_name in CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if type(items) is not list:
+            continue
+        for index, container in enumerate(items):
+            resources = container.get("resources") if type(container) is dict else None
+            if type(resources) is not dict:
+                continue
+            names = [
+                name
+                for field in ("limits", "requests")
+                if type(values := resources.get(field)) is dict
+                for name in values
+                if name in exact or (prefixes and name.startswith(prefixes))
+            ]
+            if names:
+                slots[(list_name, index)] = frozenset(names)
     return slots
 
 

@@ -95,9 +95,16 @@ def _expand(node: Any, rest: tuple[str, ...], done: tuple[str | int, ...]) -> It
         yield from _expand(node[int(head)], tail, (*done, int(head)))
 
 
+_POD = PodTarget(("spec",), ("metadata",))
+
+
 def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
     """Every pod spec of ``obj`` that exists and is a mapping."""
     found: list[PodTarget] = []
+    if paths.pod_spec_patterns == (("spec",),) and not paths.templates:  # a Pod
+        if type(obj.get("spec")) is dict:
+            found.append(_POD)
+        return found
     for pattern in paths.template_patterns:
         for path in expand(obj, pattern):
             if isinstance(lookup(obj, (*path, "spec")), dict):
