@@ -8,7 +8,7 @@ from typing import Any
 
 from webhook.policy import gpu, match, schema
 from webhook.policy.decision import Change, Finding
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, lookup
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
@@ -56,8 +56,8 @@ class RuleContext:
     @property
     def spec(self) -> Mapping[str, Any]:
         """The pod spec as earlier rules left it."""
-        value = self.builder.get(self.target.spec_path)
-        return value if isinstance(value, dict) else {}
+        value = lookup(self.builder.doc, self.target.spec_path)
+        return value if type(value) is dict else {}
 
     @property
     def meta(self) -> Mapping[str, Any]:

@@ -31,27 +31,32 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         return
     targets = [
         ref for ref in ctx.gpu_containers()
-        if (cfg.initContainers or not ref.list_name == "initContainers") and not _mounts_shm(ref.container)
+        if (cfg.initContainers or ref.list_name != "initContainers") and not _mounts_shm(ref.container)
     ]
     if not targets:
         return
     volumes = spec.get("volumes")
-    volumes = [v for v in volumes if isinstance(v, dict)] if isinstance(volumes, list) else []
-    name = _volume_name(volumes, cfg.volumeName)
-    if not any(v.get("name") == name for v in volumes):
-        size = min(_size_for(ref.container, cfg) for ref in targets)
+    name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
+    base = ctx.target.spec_path
+    if not exists:
+        size = min([_size_for(ref.container, cfg) for ref in targets])
         volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": _format(size)}}
-        ctx.builder.append(ctx.spec_path("volumes"), volume)
+        ctx.builder.append((*base, "volumes"), volume)
     for ref in targets:
-        ctx.builder.append(ctx.spec_path(ref.list_name, ref.index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
+        ctx.builder.append((*base, ref.list_name, ref.index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
     ctx.changed("shm")
 
 
 def _mounts_shm(container: Mapping[str, Any]) -> bool:
     mounts = container.get("volumeMounts")
-    if not isinstance(mounts, list):
+    if type(mounts) is not list:
         return False
-    return any(isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH for m in mounts)
+    for mount in mounts:
+        if type(mount) is dict:
+            path = mount.get("mountPath", "")
+            if path == MOUNT_PATH or str(path).rstrip("/") == MOUNT_PATH:
+                return True
+    return False
 
 
 def _is_ours(volume: Mapping[str, Any]) -> bool:
@@ -59,14 +64,14 @@ def _is_ours(volume: Mapping[str, Any]) -> bool:
     return isinstance(empty_dir, dict) and empty_dir.get("medium") == "Memory"
 
 
-def _volume_name(volumes: list[Mapping[str, Any]], base: str) -> str:
-    """Our volume's name: reuse a memory emptyDir of that name, else the first free variant."""
-    taken = {str(v.get("name")): v for v in volumes}
+def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
+    """Our volume's name, and whether the pod has it: a memory emptyDir of that name, else the first free variant."""
+    taken = {str(v.get("name")): v for v in volumes if type(v) is dict}
     candidate, n = base, 1
     while candidate in taken and not _is_ours(taken[candidate]):
         n += 1
         candidate = f"{base}-{n}"
-    return candidate
+    return candidate, candidate in taken
 
 
 def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> int:
@@ -99,4 +104,12 @@ def _compute_size(raw_limit: Any, cfg: ShmRule) -> int:
 
 
 def _format(size: int) -> str:
-    return quantity.format_bytes(size)
+    text = _FORMATTED.get(size)
+    if text is None:
+        if len(_FORMATTED) >= 1024:
+            _FORMATTED.clear()
+        text = _FORMATTED[size] = quantity.format_bytes(size)
+    return text
+
+
+_FORMATTED: dict[int, str] = {}

@@ -12,14 +12,16 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: TolerationsRule) -> None:
-    path = ctx.spec_path("tolerations")
+    current = ctx.spec.get("tolerations")
+    existing = [t for t in current if type(t) is dict] if type(current) is list else []
     for wanted in cfg.wanted:
-        current = ctx.builder.get(path)
-        existing = current if isinstance(current, list) else []
-        if any(covers(have, wanted) for have in existing if isinstance(have, dict)):
-            continue
-        ctx.builder.append(path, dict(wanted))
-        ctx.changed("tolerations")
+        for have in existing:
+            if covers(have, wanted):
+                break
+        else:
+            ctx.builder.append(ctx.spec_path("tolerations"), dict(wanted))
+            existing.append(wanted)
+            ctx.changed("tolerations")
 
 
 def covers(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
