@@ -14,7 +14,7 @@ from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
 
 
-@dataclass
+@dataclass(slots=True)
 class Findings:
     """Collects what rules found and changed during one evaluation."""
 
@@ -22,7 +22,7 @@ class Findings:
     changes: list[Change] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class RuleContext:
     request: Request
     view: ClusterView

@@ -30,9 +30,13 @@ class Change(NamedTuple):
     what: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
-    """The engine's answer for one object in one phase."""
+    """The engine's answer for one object in one phase.
+
+    Treat it as immutable (``ALLOW`` is shared); it is not frozen because a
+    frozen dataclass costs twice as much to build on every admission.
+    """
 
     allowed: bool = True
     patch: tuple[dict[str, Any], ...] = ()

@@ -124,6 +124,8 @@ class _PolicyPlan:
     gpu_only: bool
     by_namespace: bool  # has namespace conditions, checked per request
     by_class: bool  # has workload-class conditions, checked per pod spec
+    classes: frozenset[str]  # the classes it applies to (empty: any)
+    excluded_classes: frozenset[str]
 
 
 def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
@@ -149,6 +151,8 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
                     or (spec.exclude is not None and (spec.exclude.namespaces or spec.exclude.namespaceSelector is not None))
                 ),
                 by_class=bool(spec.match.workloadClasses or (spec.exclude is not None and spec.exclude.workloadClasses)),
+                classes=frozenset(spec.match.workloadClasses),
+                excluded_classes=frozenset(spec.exclude.workloadClasses if spec.exclude is not None else ()),
             ))
         plans = policies.memo[key] = tuple(built)
     return plans
@@ -187,8 +191,10 @@ def _evaluate(
                 )
             ctx.policy, ctx.is_gpu = policy, plan.is_gpu
             ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
-            if plan.by_class and not match.class_applies(policy, ctx):
-                continue
+            if plan.by_class:
+                workload_class = ctx.workload_class
+                if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
+                    continue
             for rule, cfg, dry in plan.rules:
                 ctx.rule = rule.name
                 ctx.mode = cfg.mode

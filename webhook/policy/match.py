@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Protocol
+from typing import Any
 
 from webhook.policy import schema
 
@@ -58,19 +58,6 @@ def policy_applies(
         if exclude.namespaceSelector is not None and selector_matches(exclude.namespaceSelector, ns_labels):
             return False
     return True
-
-
-class _Classified(Protocol):
-    @property
-    def workload_class(self) -> str: ...
-
-
-def class_applies(policy: schema.GPUPolicy, pod: _Classified) -> bool:
-    """Pod-level match on the workload class (asked only when the policy names classes)."""
-    match, exclude = policy.spec.match, policy.spec.exclude
-    if match.workloadClasses and pod.workload_class not in match.workloadClasses:
-        return False
-    return not (exclude is not None and exclude.workloadClasses and pod.workload_class in exclude.workloadClasses)
 
 
 @dataclass(frozen=True)

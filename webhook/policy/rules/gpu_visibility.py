@@ -7,6 +7,7 @@ sees every GPU of the node unless the variable is overridden.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from webhook.policy import gpu
 from webhook.policy.context import RuleContext
@@ -19,7 +20,10 @@ HIDDEN = ("void", "none", "")
 
 def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
     pod_has_gpu = bool(ctx.slots)
-    for ref in gpu.containers(ctx.spec):
+    spec = ctx.spec
+    if pod_has_gpu and len(ctx.slots) == _count(spec, "initContainers") + _count(spec, "containers"):
+        return  # every container requested a GPU
+    for ref in gpu.container_list(spec):
         if ctx.gpu_names(ref):
             continue
         env = ref.container.get("env")
@@ -35,3 +39,8 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
                 "scheduling; request nvidia.com/gpu in resources.limits instead",
                 f"{ref.list_name}[{ref.index}].env",
             )
+
+
+def _count(spec: Mapping[str, Any], list_name: str) -> int:
+    items = spec.get(list_name)
+    return len(items) if type(items) is list else 0

@@ -13,6 +13,8 @@ PHASES = ("mutate",)
 
 def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
     required, preferred = _requirements(ctx, cfg)
+    if not required and not preferred:
+        return
     for requirement in required:
         wanted = expression(requirement)
         merge = affinity.require(ctx.builder, ctx.target.spec_path, wanted)
@@ -32,12 +34,11 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
 
 def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
     required, preferred = list(cfg.required), list(cfg.preferred)
-    if cfg.byResource:
-        names = ctx.pod_gpu_names()
-        for extra in cfg.byResource:
-            if any(extra.matcher(n) for n in names):
-                required.extend(extra.required)
-                preferred.extend(extra.preferred)
+    for extra in cfg.byResource:
+        matcher = extra.matcher
+        if any(matcher(n) for names in ctx.slots.values() for n in names):
+            required.extend(extra.required)
+            preferred.extend(extra.preferred)
     return required, preferred
 
 

@@ -74,12 +74,15 @@ def _pod_defaults(
         wanted["fsGroupChangePolicy"] = "OnRootMismatch"
     if cfg.seccompProfile and not (container_scs and all(sc.get("seccompProfile") for sc in container_scs)):
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
-    return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
+    path = (*ctx.target.spec_path, "securityContext")
+    if not pod_sc:  # nothing set yet: one operation writes it whole
+        return ctx.builder.set(path, wanted) if wanted else False
+    return ctx.builder.fill(path, wanted)
 
 
 def _container_defaults(ctx: RuleContext, path: tuple[str | int, ...], sc: Mapping[str, Any]) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
-        return ctx.builder.fill(path, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
+        return ctx.builder.set(path, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
     if _needs_escalation(sc):
         return False
     caps = submap(sc, "capabilities")
