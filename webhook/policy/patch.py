@@ -89,6 +89,7 @@ class PatchBuilder:
         # one walk down, copying what we do not own yet (a copy that turns out
         # not to be needed changes nothing but identity)
         last = len(path) - 1
+        child: Any = _MISSING
         for depth, key in enumerate(path):
             kind = type(node)
             if kind is dict:
@@ -101,7 +102,13 @@ class PatchBuilder:
                 if child is not _MISSING and child is not None and child == value:
                     return False
                 break
-            if child is _MISSING or child is None or not _holds(child, path[depth + 1]):
+            after = path[depth + 1]
+            kind = type(child)
+            if type(after) is str:
+                holds = kind is dict
+            else:
+                holds = kind is list and type(after) is int and 0 <= after < len(child)  # type: ignore[operator]
+            if not holds:  # missing, null, or of the wrong type
                 # add the whole missing subtree at its first missing (or null) ancestor;
                 # a parent of the wrong type (a string where a map belongs, in an
                 # object no API server would accept) is replaced the same way
@@ -110,7 +117,7 @@ class PatchBuilder:
                 path = path[: depth + 1]
                 break
             if id(child) not in owned:
-                child = node[key] = _shallow(child)
+                child = node[key] = child.copy()
                 owned[id(child)] = child
             node = child
         if child is _MISSING:
@@ -172,6 +179,7 @@ class PatchBuilder:
         if id(node) not in owned:
             node = self.doc = _shallow(node)
             owned[id(node)] = node
+        child: Any
         for key in path:
             kind = type(node)
             if kind is dict:
@@ -184,17 +192,10 @@ class PatchBuilder:
             if kind is not dict and kind is not list:
                 return None
             if id(child) not in owned:
-                child = node[key] = _shallow(child)
+                child = node[key] = child.copy()
                 owned[id(child)] = child
             node = child
         return node
-
-
-def _holds(node: Any, key: str | int) -> bool:
-    """Can ``node`` have a child at ``key`` (a map for names, a list for indexes)?"""
-    if type(key) is str:
-        return type(node) is dict
-    return type(node) is list and type(key) is int and 0 <= key < len(node)  # type: ignore[operator]
 
 
 def _shallow(node: Any) -> Any:
