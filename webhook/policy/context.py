@@ -8,7 +8,7 @@ from typing import Any
 
 from webhook.policy import gpu, match, schema
 from webhook.policy.decision import Change, Finding
-from webhook.policy.patch import PatchBuilder, lookup
+from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
@@ -35,6 +35,9 @@ class RuleContext:
     ns_labels: Mapping[str, str]
     builder: PatchBuilder
     sink: Findings
+    #: the pod spec as earlier rules left it: the builder's own copy, which
+    #: rules change only through the builder and never replace whole
+    spec: dict[str, Any] = field(default_factory=dict)
     classes: match.Classifier = match.Classifier(())
     slots: gpu.Slots = field(default_factory=dict)
     _workload_class: str | None = None
@@ -53,11 +56,6 @@ class RuleContext:
             )
         return self._workload_class
 
-    @property
-    def spec(self) -> Mapping[str, Any]:
-        """The pod spec as earlier rules left it."""
-        value = lookup(self.builder.doc, self.target.spec_path)
-        return value if type(value) is dict else {}
 
     @property
     def meta(self) -> Mapping[str, Any]:

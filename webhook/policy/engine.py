@@ -187,7 +187,7 @@ def _evaluate(
                 ctx = contexts[index] = RuleContext(
                     request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
                     target=target, is_gpu=plan.is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
-                    classes=policies.classifier, slots=slots[index],
+                    classes=policies.classifier, slots=slots[index], spec=builder.owned(target.spec_path),
                 )
             ctx.policy, ctx.is_gpu = policy, plan.is_gpu
             ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
@@ -231,6 +231,7 @@ def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:
     """Run a mutation in warn/audit mode: report what it would change, change nothing."""
     scratch = Findings(findings=ctx.sink.findings)
     ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
+    ctx.spec = ctx.builder.owned(ctx.target.spec_path)
     rule.run(ctx, cfg)
     for change in dict.fromkeys(c.what for c in scratch.changes):
         ctx.report(f"{ctx.where()}: would set {change}")

@@ -153,7 +153,7 @@ class PatchBuilder:
 
     def append(self, list_path: Path, item: Any) -> None:
         """Append to the list at ``list_path``; create the list when it is missing."""
-        items = self._owned_at(list_path)
+        items = self.owned(list_path)
         if type(items) is not list:
             self.set(list_path, [item])
             return
@@ -164,15 +164,17 @@ class PatchBuilder:
         """Remove ``path`` if present; False when there was nothing to remove."""
         if not path or lookup(self.doc, path, _MISSING) is _MISSING:
             return False
-        parent = self._owned_at(path[:-1])
+        parent = self.owned(path[:-1])
         del parent[path[-1]]
         self.ops.append({"op": "remove", "path": pointer(path)})
         return True
 
-    def _owned_at(self, path: Path) -> Any:
+    def owned(self, path: Path) -> Any:
         """The map or list at ``path``, copied on the way down where we do not own it yet.
 
-        None when the path does not lead to a map or list.
+        None when the path does not lead to a map or list. The container is
+        the builder's own: it keeps its identity through later writes below
+        it (only a write to ``path`` itself or above could replace it).
         """
         owned = self._owned
         node = self.doc
