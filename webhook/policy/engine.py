@@ -263,18 +263,24 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
 
 def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
-    parts = dict.fromkeys([c.what for c in changes])
-    owners = dict.fromkeys([c.policy for c in changes])
+    parts: dict[str, None] = {}
+    owners: dict[str, None] = {}
+    for change in changes:
+        parts[change.what] = owners[change.policy] = None
     return f"{','.join(parts)}; policy={','.join(owners)}"
 
 
 def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
     findings = tuple(sink.findings)
-    warnings = [f.text() for f in findings if f.mode == "warn"]
-    if summary:
-        warnings.insert(0, f"gpu-admission mutated: {summary}")
+    warnings = [f"gpu-admission mutated: {summary}"] if summary else []
+    allowed = True
+    for finding in findings:
+        if finding.mode == "warn":
+            warnings.append(finding.text())
+        elif finding.mode == "enforce":
+            allowed = False
     return Decision(
-        allowed=not any(f.mode == "enforce" for f in findings),
+        allowed=allowed,
         patch=tuple(builder.ops),
         warnings=tuple(warnings),
         findings=findings,

@@ -119,13 +119,16 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             resources = container.get("resources") if type(container) is dict else None
             if type(resources) is not dict:
                 continue
-            names = [
-                name
-                for field in ("limits", "requests")
-                if type(values := resources.get(field)) is dict
-                for name in values
-                if name in exact or (prefixes and name.startswith(prefixes))
-            ]
+            names: set[str] | None = None
+            for field in ("limits", "requests"):
+                values = resources.get(field)
+                if type(values) is dict:
+                    for name in values:
+                        if name in exact or (prefixes and name.startswith(prefixes)):
+                            if names is None:
+                                names = {name}
+                            else:
+                                names.add(name)
             if names:
                 slots[(list_name, index)] = frozenset(names)
     return slots

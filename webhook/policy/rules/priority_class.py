@@ -25,6 +25,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     ctx.builder.set(ctx.spec_path("priorityClassName"), name)
     # the Priority plugin already wrote these from the old class; left in place
     # they make its second pass reject the pod (FACTS.md §5)
-    ctx.builder.remove(ctx.spec_path("priority"))
-    ctx.builder.remove(ctx.spec_path("preemptionPolicy"))
+    for field in ("priority", "preemptionPolicy"):
+        if field in ctx.spec:
+            ctx.builder.remove(ctx.spec_path(field))
     ctx.changed("priorityClassName")

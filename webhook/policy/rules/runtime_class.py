@@ -22,5 +22,6 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     ctx.builder.set(ctx.spec_path("runtimeClassName"), cfg.name)
     # the RuntimeClass plugin fills overhead from the class on its next pass and
     # rejects a pod whose overhead differs from the class's (FACTS.md §5)
-    ctx.builder.remove(ctx.spec_path("overhead"))
+    if "overhead" in ctx.spec:
+        ctx.builder.remove(ctx.spec_path("overhead"))
     ctx.changed("runtimeClassName")
