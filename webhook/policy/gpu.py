@@ -37,6 +37,15 @@ class ResourceMatcher:
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
 
+    def any_of(self, slots: Slots) -> bool:
+        """Does any container of these slots mention a resource this matches?"""
+        exact, prefixes = self.exact, self.prefixes
+        for names in slots.values():
+            for name in names:
+                if name in exact or (prefixes and name.startswith(prefixes)):
+                    return True
+        return False
+
 
 class ContainerRef:
     """One container of a pod spec: which list, where, and the container itself."""

@@ -35,8 +35,7 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
 def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
     required, preferred = list(cfg.required), list(cfg.preferred)
     for extra in cfg.byResource:
-        matcher = extra.matcher
-        if any(matcher(n) for names in ctx.slots.values() for n in names):
+        if extra.matcher.any_of(ctx.slots):
             required.extend(extra.required)
             preferred.extend(extra.preferred)
     return required, preferred

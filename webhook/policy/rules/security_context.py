@@ -40,7 +40,8 @@ def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def is_windows(spec: Mapping[str, Any]) -> bool:
-    return submap(spec, "os").get("name") == "windows"
+    pod_os = spec.get("os")
+    return type(pod_os) is dict and pod_os.get("name") == "windows"
 
 
 def _asks_for_root(sc: Mapping[str, Any]) -> bool:
@@ -60,7 +61,14 @@ def _pod_defaults(
 ) -> bool:
     # a pod or container that asks for root keeps it: forcing a UID onto it
     # would only trade a policy violation for a container that cannot start
-    explicit_root = _asks_for_root(pod_sc) or any(_asks_for_root(sc) for sc in container_scs if sc)
+    explicit_root = _asks_for_root(pod_sc)
+    every_container_has_seccomp = bool(container_scs)
+    for sc in container_scs:
+        if sc:
+            explicit_root = explicit_root or _asks_for_root(sc)
+            every_container_has_seccomp = every_container_has_seccomp and bool(sc.get("seccompProfile"))
+        else:
+            every_container_has_seccomp = False
     wanted: dict[str, Any] = {}
     if not explicit_root and "runAsNonRoot" not in pod_sc:
         wanted["runAsNonRoot"] = True
@@ -72,7 +80,7 @@ def _pod_defaults(
         wanted["fsGroup"] = cfg.fsGroup
         # avoid a recursive chown of every volume at each start
         wanted["fsGroupChangePolicy"] = "OnRootMismatch"
-    if cfg.seccompProfile and not (container_scs and all(sc.get("seccompProfile") for sc in container_scs)):
+    if cfg.seccompProfile and not every_container_has_seccomp:
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
     path = (*ctx.target.spec_path, "securityContext")
     if not pod_sc:  # nothing set yet: one operation writes it whole
