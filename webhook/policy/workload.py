@@ -122,6 +122,12 @@ def kind_index(kinds: Iterable[KindPaths]) -> dict[tuple[str, str], KindPaths]:
     return {(k.group, k.kind): k for k in kinds}
 
 
+def is_windows(spec: Mapping[str, Any]) -> bool:
+    """A pod spec for Windows nodes (no /dev/shm, no Linux security fields)."""
+    pod_os = spec.get("os")
+    return type(pod_os) is dict and pod_os.get("name") == "windows"
+
+
 def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
     """Kinds of the object's ownerReferences."""
     refs = meta.get("ownerReferences")

@@ -15,6 +15,7 @@ from webhook.policy import gpu
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import SecurityContextRule
 from webhook.policy.patch import sublist, submap
+from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
 
@@ -37,11 +38,6 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
     return submap(obj, "securityContext")
-
-
-def is_windows(spec: Mapping[str, Any]) -> bool:
-    pod_os = spec.get("os")
-    return type(pod_os) is dict and pod_os.get("name") == "windows"
 
 
 def _asks_for_root(sc: Mapping[str, Any]) -> bool:

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import gpu, quantity
+from webhook.policy import quantity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import ShmRule
-from webhook.policy.patch import submap
+from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
 MOUNT_PATH = "/dev/shm"
@@ -25,13 +25,16 @@ MIB_BYTES = 2**20
 
 def run(ctx: RuleContext, cfg: ShmRule) -> None:
     spec = ctx.spec
-    if spec.get("hostIPC") is True or submap(spec, "os").get("name") == "windows":
+    if spec.get("hostIPC") is True or is_windows(spec):
         # with hostIPC the runtime mounts the host's /dev/shm, which the pod shares on purpose;
         # Windows has no /dev/shm
         return
+    # GPU containers (init ones only if asked) with nothing at /dev/shm yet
     targets = [
-        ref for ref in ctx.gpu_containers()
-        if (cfg.initContainers or ref.list_name != "initContainers") and not _mounts_shm(ref.container)
+        (list_name, index, container)
+        for list_name, index in ctx.slots
+        if (cfg.initContainers or list_name != "initContainers")
+        and not _mounts_shm(container := spec[list_name][index])
     ]
     if not targets:
         return
@@ -39,11 +42,11 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
     base = ctx.target.spec_path
     if not exists:
-        size = min([_size_for(ref.container, cfg) for ref in targets])
+        size = min([_size_for(container, cfg) for _, _, container in targets])
         volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": _format(size)}}
         ctx.builder.append((*base, "volumes"), volume)
-    for ref in targets:
-        ctx.builder.append((*base, ref.list_name, ref.index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
+    for list_name, index, _ in targets:
+        ctx.builder.append((*base, list_name, index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
     ctx.changed("shm")
 
 
@@ -66,6 +69,8 @@ def _is_ours(volume: Mapping[str, Any]) -> bool:
 
 def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     """Our volume's name, and whether the pod has it: a memory emptyDir of that name, else the first free variant."""
+    if not any(type(v) is dict and str(v.get("name")) == base for v in volumes):
+        return base, False
     taken = {str(v.get("name")): v for v in volumes if type(v) is dict}
     candidate, n = base, 1
     while candidate in taken and not _is_ours(taken[candidate]):
@@ -76,7 +81,9 @@ def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
 
 def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> int:
     """The volume size this container needs, in bytes (whole MiB, rounded down, at least 1Mi)."""
-    limit = gpu.resource_map(container, "limits").get("memory")
+    resources = container.get("resources")
+    limits = resources.get("limits") if type(resources) is dict else None
+    limit = limits.get("memory") if type(limits) is dict else None
     if type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
         return _compute_size(limit, cfg)
     memo = cfg.size_memo
