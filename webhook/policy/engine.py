@@ -117,8 +117,8 @@ class _PolicyPlan:
     """One policy as it runs on one kind in one phase, worked out once per policy set."""
 
     policy: schema.GPUPolicy
-    #: (rule, settings, run in warn/audit mode as a dry run?)
-    rules: tuple[tuple[_Rule, Any, bool], ...]
+    #: (rule name, mode, its run function, settings, run as a dry run (warn/audit mode)?)
+    rules: tuple[tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool], ...]
     is_gpu: gpu.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
@@ -142,7 +142,9 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
             is_gpu, narrower = policies.matcher_of(policy)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple((rule, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules),
+                rules=tuple(
+                    (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
+                ),
                 is_gpu=is_gpu,
                 narrower=narrower,
                 gpu_only=spec.match.gpuOnly,
@@ -189,19 +191,19 @@ def _evaluate(
                     target=target, is_gpu=plan.is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
                     classes=policies.classifier, slots=slots[index], spec=builder.owned(target.spec_path),
                 )
-            ctx.policy, ctx.is_gpu = policy, plan.is_gpu
-            ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
             if plan.by_class:
                 workload_class = ctx.workload_class
                 if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
                     continue
-            for rule, cfg, dry in plan.rules:
-                ctx.rule = rule.name
-                ctx.mode = cfg.mode
+            ctx.policy, ctx.is_gpu = policy, plan.is_gpu
+            ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
+            for name, mode, run, cfg, dry in plan.rules:
+                ctx.rule = name
+                ctx.mode = mode
                 if dry:
-                    _dry_run(replace(ctx), rule, cfg)
+                    _dry_run(replace(ctx), run, cfg)
                 else:
-                    rule.run(ctx, cfg)
+                    run(ctx, cfg)
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
@@ -227,12 +229,12 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     return node if isinstance(node, dict) else {}
 
 
-def _dry_run(ctx: RuleContext, rule: _Rule, cfg: Any) -> None:
+def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:
     """Run a mutation in warn/audit mode: report what it would change, change nothing."""
     scratch = Findings(findings=ctx.sink.findings)
     ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
     ctx.spec = ctx.builder.owned(ctx.target.spec_path)
-    rule.run(ctx, cfg)
+    run(ctx, cfg)
     for change in dict.fromkeys(c.what for c in scratch.changes):
         ctx.report(f"{ctx.where()}: would set {change}")
 
