@@ -47,12 +47,9 @@ class RuleContext:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
         if self._workload_class is None:
             meta = self.meta
+            request = self.request
             self._workload_class = self.classes.classify(
-                pod_meta=meta,
-                owner_kinds=owner_kinds(meta),
-                workload_kind=self.request.kind,
-                namespace=self.request.namespace,
-                ns_labels=self.ns_labels,
+                meta, owner_kinds(meta), request.kind, request.namespace, self.ns_labels
             )
         return self._workload_class
 

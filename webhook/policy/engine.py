@@ -186,10 +186,10 @@ def _evaluate(
                 continue
             ctx = contexts[index]
             if ctx is None:
+                # positional: keyword arguments cost as much again on every admission
                 ctx = contexts[index] = RuleContext(
-                    request=request, view=view, phase=phase, policy=policy, rule="", mode="enforce",
-                    target=target, is_gpu=plan.is_gpu, ns_labels=ns_labels, builder=builder, sink=sink,
-                    classes=policies.classifier, slots=slots[index], spec=builder.owned(target.spec_path),
+                    request, view, phase, policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
+                    builder.owned(target.spec_path), policies.classifier, slots[index],
                 )
             if plan.by_class:
                 workload_class = ctx.workload_class
@@ -281,11 +281,5 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
             warnings.append(finding.text())
         elif finding.mode == "enforce":
             allowed = False
-    return Decision(
-        allowed=allowed,
-        patch=tuple(builder.ops),
-        warnings=tuple(warnings),
-        findings=findings,
-        changes=tuple(sink.changes),
-        patched=builder.doc,
-    )
+    # allowed, patch, warnings, findings, changes, patched (positional: this runs on every admission)
+    return Decision(allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)

@@ -114,7 +114,6 @@ class Classifier:
 
     def classify(
         self,
-        *,
         pod_meta: Mapping[str, Any],
         owner_kinds: set[str],
         workload_kind: str,

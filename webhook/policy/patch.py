@@ -92,8 +92,8 @@ class PatchBuilder:
         child: Any = _MISSING
         for depth, key in enumerate(path):
             kind = type(node)
-            if kind is dict:
-                child = node.get(key, _MISSING) if type(key) is str else _MISSING
+            if kind is dict:  # (JSON maps have only string keys: an index finds nothing)
+                child = node.get(key, _MISSING)
             elif kind is list and type(key) is int and 0 <= key < len(node):  # type: ignore[operator]
                 child = node[key]
             else:
