@@ -8,6 +8,8 @@ See tests/cases/README.md for the format.
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,9 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
     request = Request.for_object(obj, operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
     if "oldObject" in case:
         request = replace(request, old_object=case["oldObject"])
+    before = copy.deepcopy(obj)
     decision = engine.evaluate(policies, request, view, phase)
+    assert obj == before, "the engine changed the request's object"
     expect = case.get("expect", {})
     assert decision.allowed == expect.get("allowed", True), decision.message()
     if "patch" in expect:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -63,7 +64,9 @@ def lookup(node: Any, path: tuple[Any, ...]) -> Any:
 @given(obj=workloads())
 def test_mutations_apply_validate_repeat_and_keep_user_fields(obj: dict[str, Any]) -> None:
     assert_schema_valid(obj)  # the generator makes valid objects
+    before = copy.deepcopy(obj)
     decision = engine.evaluate(POLICY_SET, Request.for_object(obj), EMPTY_VIEW, "mutate")
+    assert obj == before, "the engine changed the request's object"
     if not decision.allowed:
         assert decision.denials and decision.message()
         return
