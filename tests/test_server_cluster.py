@@ -15,6 +15,7 @@ from tests.cluster.conftest import FAST
 from tests.conftest import StartWebhook, Webhook
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import ClusterIndex
+from webhook.server.metrics import Metrics
 
 
 @pytest.fixture

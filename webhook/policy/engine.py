@@ -15,7 +15,7 @@ from webhook.policy import gpu, match, schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
-from webhook.policy.patch import PatchBuilder, submap
+from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -33,7 +33,7 @@ from webhook.policy.rules import (
     training_locality,
 )
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import PodTarget, pod_targets
+from webhook.policy.workload import pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
@@ -79,7 +79,8 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a running pod's spec is immutable: nothing to patch, nothing newly wrong
         return ALLOW
     paths = policies.kinds.get((request.group, request.kind))
-    if paths is None or submap(obj, "metadata").get("deletionTimestamp"):
+    metadata = obj.get("metadata")
+    if paths is None or (type(metadata) is dict and metadata.get("deletionTimestamp")):
         # being deleted: only finalizers may change, and they must be able to
         return ALLOW
     decision = _evaluate(policies, request, obj, paths, view, phase)

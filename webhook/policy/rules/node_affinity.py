@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy import affinity, gpu
+from webhook.policy import affinity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import NodeAffinityRule, NodeRequirement, PreferredTerm
 

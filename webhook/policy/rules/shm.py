@@ -69,7 +69,10 @@ def _is_ours(volume: Mapping[str, Any]) -> bool:
 
 def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     """Our volume's name, and whether the pod has it: a memory emptyDir of that name, else the first free variant."""
-    if not any(type(v) is dict and str(v.get("name")) == base for v in volumes):
+    for volume in volumes:
+        if type(volume) is dict and str(volume.get("name")) == base:
+            break
+    else:
         return base, False
     taken = {str(v.get("name")): v for v in volumes if type(v) is dict}
     candidate, n = base, 1

@@ -13,10 +13,12 @@ PHASES = ("mutate",)
 
 def run(ctx: RuleContext, cfg: TolerationsRule) -> None:
     current = ctx.spec.get("tolerations")
-    existing = [t for t in current if type(t) is dict] if type(current) is list else []
+    existing: list[Any] | None = None
     for wanted in cfg.wanted:
-        if wanted in existing:  # the common case, compared without Python calls
+        if type(current) is list and wanted in current:  # the common case, compared without Python calls
             continue
+        if existing is None:
+            existing = [t for t in current if type(t) is dict] if type(current) is list else []
         for have in existing:
             if covers(have, wanted):
                 break
