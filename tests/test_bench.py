@@ -1,0 +1,23 @@
+"""The benchmark runs and prints every case (no timing is asserted: the machine is shared)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bench_engine_prints_every_case_and_the_target_verdict() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/engine.py", "--rounds", "1", "--batch", "2", "--large"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    out = result.stdout
+    for case in ("json.loads+dumps (baseline)", "evaluate 4-GPU training pod", "evaluate pod without GPU",
+                 "mutate, example cluster", "validate, example cluster"):
+        assert re.search(rf"^{re.escape(case)}\s+median\s+[\d.]+ us\s+ratio\s+[\d.]+x$", out, re.M), out
+    assert re.search(r"^target: evaluate <= 0.50x baseline -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
+    assert re.search(r"^validate, 2000 nodes \+ 8000 GPU pods, quota caps on: median [\d.]+ ms$", out, re.M), out
