@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.policy.schema import Mode
@@ -30,20 +30,18 @@ class Change(NamedTuple):
     what: str
 
 
-@dataclass(slots=True)
-class Decision:
-    """The engine's answer for one object in one phase.
-
-    Treat it as immutable (``ALLOW`` is shared); it is not frozen because a
-    frozen dataclass costs twice as much to build on every admission.
-    """
+class Decision(NamedTuple):
+    """The engine's answer for one object in one phase (immutable; a named
+    tuple because a frozen dataclass costs twice as much to build on every
+    admission)."""
 
     allowed: bool = True
     patch: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     changes: tuple[Change, ...] = ()
-    patched: Any = field(default=None, compare=False, repr=False)
+    #: the object as the patch leaves it (not part of what the engine decided)
+    patched: Any = None
 
     @property
     def denials(self) -> tuple[Finding, ...]:

@@ -105,8 +105,7 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
         if f.mode == "enforce" and (f.policy, f.rule, f.message) in known else f
         for f in decision.findings
     )
-    return replace(
-        decision,
+    return decision._replace(
         allowed=not any(f.mode == "enforce" for f in findings),
         findings=findings,
         warnings=tuple([*decision.warnings, *(f.text() for f in findings if f.mode == "warn" and f not in decision.findings)]),
@@ -174,7 +173,7 @@ def _evaluate(
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
-    builder = PatchBuilder(obj)
+    builder = PatchBuilder(obj, policies.pointers)
     sink = Findings()
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     contexts: list[RuleContext | None] = [None] * len(targets)

@@ -33,6 +33,8 @@ class PolicySet:
     fingerprint: str = ""
     #: what the engine works out once per policy set (its rule plans); not part of equality
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: JSON pointers of the paths the rules write, shared by the patch builders
+    pointers: dict[tuple[str | int, ...], str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

@@ -85,8 +85,8 @@ class ShmRule(RuleBase):
         )
 
     @cached_property
-    def size_memo(self) -> dict[str, int]:
-        """memory limit → /dev/shm size in bytes, filled as limits are seen."""
+    def size_memo(self) -> dict[str, tuple[int, str]]:
+        """memory limit → /dev/shm size (bytes, quantity), filled as limits are seen."""
         return {}
 
 

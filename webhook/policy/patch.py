@@ -17,22 +17,13 @@ Path = Sequence[str | int]
 _MISSING = object()
 
 
-#: JSON pointers of the paths rules write again and again (bounded: paths
-#: can hold user-chosen keys such as annotation names).
-_POINTERS: dict[tuple[str | int, ...], str] = {}
-_POINTERS_MAX = 4096
-
-
 def pointer(path: Path) -> str:
     """RFC 6901 JSON pointer of a path (``~`` → ``~0``, ``/`` → ``~1``)."""
-    key = path if type(path) is tuple else tuple(path)
-    text = _POINTERS.get(key)
-    if text is None:
-        text = "".join(["/" + (str(p).replace("~", "~0").replace("/", "~1")) for p in key])
-        if len(_POINTERS) >= _POINTERS_MAX:
-            _POINTERS.clear()
-        _POINTERS[key] = text
-    return text
+    return "".join(["/" + str(p).replace("~", "~0").replace("/", "~1") for p in path])
+
+
+#: how many pointers a shared pointer cache keeps (paths can hold user-chosen keys)
+POINTER_CACHE_SIZE = 4096
 
 
 def lookup(doc: Any, path: Path, default: Any = None) -> Any:
@@ -66,9 +57,12 @@ def sublist(obj: Any, key: str) -> list[Any]:
 class PatchBuilder:
     """Records add/replace/remove operations against a copy-on-write document."""
 
-    def __init__(self, doc: Any) -> None:
+    def __init__(self, doc: Any, pointers: dict[tuple[str | int, ...], str] | None = None) -> None:
         self.doc = doc
         self.ops: list[dict[str, Any]] = []
+        # JSON pointers of paths written before, shared across builders by the
+        # caller (the engine keeps one per policy set); at most POINTER_CACHE_SIZE
+        self._pointers = pointers if pointers is not None else {}
         # containers this builder already copied, safe to change in place; kept
         # by reference so an id is never reused by another object meanwhile
         self._owned: dict[int, Any] = {}
@@ -125,10 +119,10 @@ class PatchBuilder:
                 node.insert(key, value)  # type: ignore[arg-type]
             else:
                 node[key] = value
-            self.ops.append({"op": "add", "path": pointer(path), "value": value})
+            self.ops.append({"op": "add", "path": self._pointer(path), "value": value})
         else:
             node[key] = value
-            self.ops.append({"op": "replace", "path": pointer(path), "value": value})
+            self.ops.append({"op": "replace", "path": self._pointer(path), "value": value})
         return True
 
     def set_default(self, path: Path, value: Any) -> bool:
@@ -157,7 +151,7 @@ class PatchBuilder:
         if type(items) is not list:
             self.set(list_path, [item])
             return
-        self.ops.append({"op": "add", "path": pointer((*list_path, len(items))), "value": item})
+        self.ops.append({"op": "add", "path": self._pointer((*list_path, len(items))), "value": item})
         items.append(item)
 
     def remove(self, path: Path) -> bool:
@@ -166,8 +160,17 @@ class PatchBuilder:
             return False
         parent = self.owned(path[:-1])
         del parent[path[-1]]
-        self.ops.append({"op": "remove", "path": pointer(path)})
+        self.ops.append({"op": "remove", "path": self._pointer(path)})
         return True
+
+    def _pointer(self, path: Path) -> str:
+        key = path if type(path) is tuple else tuple(path)
+        text = self._pointers.get(key)
+        if text is None:
+            text = pointer(key)
+            if len(self._pointers) < POINTER_CACHE_SIZE:
+                self._pointers[key] = text
+        return text
 
     def owned(self, path: Path) -> Any:
         """The map or list at ``path``, copied on the way down where we do not own it yet.

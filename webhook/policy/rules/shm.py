@@ -42,8 +42,8 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
     base = ctx.target.spec_path
     if not exists:
-        size = min([_size_for(container, cfg) for _, _, container in targets])
-        volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": _format(size)}}
+        _, size = min([_size_for(container, cfg) for _, _, container in targets])
+        volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
         ctx.builder.append((*base, "volumes"), volume)
     for list_name, index, _ in targets:
         ctx.builder.append((*base, list_name, index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
@@ -82,8 +82,8 @@ def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     return candidate, candidate in taken
 
 
-def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> int:
-    """The volume size this container needs, in bytes (whole MiB, rounded down, at least 1Mi)."""
+def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
+    """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a quantity."""
     resources = container.get("resources")
     limits = resources.get("limits") if type(resources) is dict else None
     limit = limits.get("memory") if type(limits) is dict else None
@@ -98,7 +98,7 @@ def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> int:
     return size
 
 
-def _compute_size(raw_limit: Any, cfg: ShmRule) -> int:
+def _compute_size(raw_limit: Any, cfg: ShmRule) -> tuple[int, str]:
     sizes = cfg.bytes
     limit = quantity.parse_quantity(raw_limit)
     if sizes.fixed is not None:
@@ -110,16 +110,5 @@ def _compute_size(raw_limit: Any, cfg: ShmRule) -> int:
     if limit is not None and limit > 0:
         wanted = min(wanted, limit)
     # whole MiB rounded down, so never above the limit
-    return max(int(wanted / MIB), 1) * MIB_BYTES
-
-
-def _format(size: int) -> str:
-    text = _FORMATTED.get(size)
-    if text is None:
-        if len(_FORMATTED) >= 1024:
-            _FORMATTED.clear()
-        text = _FORMATTED[size] = quantity.format_bytes(size)
-    return text
-
-
-_FORMATTED: dict[int, str] = {}
+    size = max(int(wanted / MIB), 1) * MIB_BYTES
+    return size, quantity.format_bytes(size)
