@@ -1,0 +1,77 @@
+"""The REST resources the fake serves, and how their objects are found.
+
+:data:`TYPES` is every resource the fake knows. :func:`type_of` and
+:func:`type_named` find the one an object or a name belongs to;
+:func:`object_key` is the etcd-like key objects are stored and listed under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One REST resource: where it lives and what its objects are called."""
+
+    plural: str
+    kind: str
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """How kube-apiserver names the resource in messages (``x.group``)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+TYPES: tuple[ResourceType, ...] = (
+    ResourceType("nodes", "Node"),
+    ResourceType("namespaces", "Namespace"),
+    ResourceType("pods", "Pod", namespaced=True),
+    ResourceType("resourcequotas", "ResourceQuota", namespaced=True),
+    ResourceType("secrets", "Secret", namespaced=True),
+    ResourceType("configmaps", "ConfigMap", namespaced=True),
+    ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io"),
+    ResourceType("runtimeclasses", "RuntimeClass", "node.k8s.io"),
+    ResourceType(
+        "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "admissionregistration.k8s.io"
+    ),
+    ResourceType(
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        "admissionregistration.k8s.io",
+    ),
+)
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def type_of(obj: Mapping[str, Any]) -> ResourceType:
+    """The resource an object belongs to, from its ``kind`` and ``apiVersion``."""
+    for rt in TYPES:
+        if rt.kind == obj.get("kind") and rt.api_version == obj.get("apiVersion", rt.api_version):
+            return rt
+    raise ValueError(f"the fake serves no kind {obj.get('kind')!r}")
+
+
+def type_named(name: str) -> ResourceType:
+    """The resource with this kind or plural."""
+    for rt in TYPES:
+        if name in (rt.kind, rt.plural):
+            return rt
+    raise ValueError(f"the fake serves no resource {name!r}")
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """The etcd-like sort key: ``namespace/name``, or ``name`` when cluster scoped."""
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
