@@ -16,6 +16,21 @@ from webhook.policy.request import Request
 from webhook.policy.view import EMPTY_VIEW, SnapshotView
 
 POLICIES = loader.load_directory(REPO / "policies")
+#: the shipped policies plus settings they leave out: a NoExecute toleration
+#: with tolerationSeconds, required and preferred node affinity for every GPU pod
+EXTENDED = loader.load_text("\n---\n".join([*(f.read_text() for f in sorted((REPO / "policies").glob("*.yaml"))), """
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: fuzz-extras}
+spec:
+  match: {kinds: ["*"]}
+  rules:
+    tolerations:
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoExecute, tolerationSeconds: 600}]
+    nodeAffinity:
+      required: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-A100-SXM4-80GB]}]
+      preferred: [{weight: 10, matchExpressions: [{key: nvidia.com/mig.capable, operator: NotIn, values: ["true"]}]}]
+"""]), "extended")
 CLUSTER = SnapshotView.from_objects(
     obj for f in sorted((REPO / "examples/cluster").glob("*.yaml")) for obj in yaml.safe_load_all(f.read_text()) if obj
 )
@@ -44,7 +59,9 @@ CONTAINER = shaped({
 })
 TERM = shaped({
     "matchExpressions": st.lists(shaped({
-        "key": st.just("nvidia.com/gpu.product") | ANY, "operator": ANY, "values": ANY}), max_size=2) | ANY,
+        "key": st.sampled_from(["nvidia.com/gpu.product", "nvidia.com/mig.capable"]) | ANY,
+        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]) | ANY,
+        "values": st.lists(SCALARS | st.just({}) | st.just([]), max_size=2) | ANY}), min_size=1, max_size=2) | ANY,
     "matchFields": ANY,
 })
 AFFINITY = shaped({
@@ -53,10 +70,14 @@ AFFINITY = shaped({
     "podAntiAffinity": ANY,
     "podAffinity": ANY,
 })
+TOLERATIONS = st.lists(shaped({
+    "key": st.just("nvidia.com/gpu") | ANY, "operator": st.sampled_from(["Exists", "Equal"]) | ANY,
+    "effect": st.sampled_from(["NoExecute", "NoSchedule"]) | ANY, "tolerationSeconds": ANY, "value": ANY,
+}), max_size=2) | ANY
 POD_SPEC = shaped({
     "containers": st.lists(CONTAINER, min_size=1, max_size=2) | ANY,
     "initContainers": st.lists(CONTAINER, max_size=1) | ANY,
-    "volumes": ANY, "tolerations": ANY, "nodeSelector": ANY, "affinity": AFFINITY, "securityContext": ANY,
+    "volumes": ANY, "tolerations": TOLERATIONS, "nodeSelector": ANY, "affinity": AFFINITY, "securityContext": ANY,
     "runtimeClassName": ANY, "priorityClassName": ANY, "overhead": ANY, "os": ANY, "hostIPC": ANY,
     "activeDeadlineSeconds": ANY,
 })
@@ -116,10 +137,71 @@ def test_engine_never_raises(obj: dict[str, Any], operation: str) -> None:
     request = Request.for_object(obj, operation=operation, namespace="ml-a")
     if operation == "UPDATE":
         request = Request(**{**request.__dict__, "old_object": obj})
-    for view in (EMPTY_VIEW, CLUSTER):
-        for phase in ("mutate", "validate"):
-            decision = engine.evaluate(POLICIES, request, view, phase)  # type: ignore[arg-type]
-            assert decision.allowed or decision.message()
+    for policies in (POLICIES, EXTENDED):
+        for view in (EMPTY_VIEW, CLUSTER):
+            for phase in ("mutate", "validate"):
+                decision = engine.evaluate(policies, request, view, phase)  # type: ignore[arg-type]
+                assert decision.allowed or decision.message()
+
+
+NODE_KEYS = st.sampled_from(["nvidia.com/gpu.product", "nvidia.com/mig.capable", "nvidia.com/cuda.driver-version.full"])
+EXPRESSION = st.fixed_dictionaries(
+    {"key": NODE_KEYS | LEAF, "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]) | LEAF},
+    optional={"values": st.lists(LEAF, max_size=2) | LEAF},
+)
+SCHEDULING_SPEC = st.fixed_dictionaries(
+    {"containers": st.lists(st.fixed_dictionaries({
+        "name": st.just("c"), "image": st.sampled_from(["nvidia/cuda:12.4.1-base-ubuntu22.04", "x"]),
+        "resources": st.fixed_dictionaries({"limits": st.dictionaries(
+            st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]), st.sampled_from(["1", "2"]), min_size=1)}),
+     }), min_size=1, max_size=2),
+     # the whole chain down to the expressions is there, so the merge logic sees the odd leaves
+     "affinity": st.fixed_dictionaries({"nodeAffinity": st.fixed_dictionaries({
+         "requiredDuringSchedulingIgnoredDuringExecution": st.fixed_dictionaries({"nodeSelectorTerms": st.lists(
+             st.fixed_dictionaries({"matchExpressions": st.lists(EXPRESSION, min_size=1, max_size=3)}),
+             min_size=1, max_size=2)}),
+         "preferredDuringSchedulingIgnoredDuringExecution": st.lists(st.fixed_dictionaries(
+             {"weight": LEAF, "preference": st.fixed_dictionaries({"matchExpressions": st.lists(EXPRESSION, max_size=2)})}
+         ), max_size=2),
+     })}),
+     "tolerations": st.lists(st.fixed_dictionaries({}, optional={
+         "key": st.just("nvidia.com/gpu") | LEAF, "operator": st.sampled_from(["Exists", "Equal"]) | LEAF,
+         "effect": st.sampled_from(["NoExecute", "NoSchedule"]) | LEAF, "tolerationSeconds": LEAF, "value": LEAF,
+     }), min_size=1, max_size=3)},
+    optional={"nodeSelector": st.dictionaries(NODE_KEYS, LEAF, max_size=2) | LEAF},
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=SCHEDULING_SPEC)
+def test_odd_scheduling_fields_never_raise(spec: dict[str, Any]) -> None:
+    """Affinity, nodeSelector and tolerations of odd shapes, deep enough to reach the merge logic."""
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    for policies in (POLICIES, EXTENDED):
+        for view in (EMPTY_VIEW, CLUSTER):
+            for phase in ("mutate", "validate"):
+                decision = engine.evaluate(policies, Request.for_object(obj, namespace="ml-a"), view, phase)  # type: ignore[arg-type]
+                assert decision.allowed or decision.message()
+
+
+def _gpu_pod(**spec: Any) -> dict[str, Any]:
+    container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container], **spec}}
+
+
+@pytest.mark.parametrize("obj", [
+    # a map among an expression's values (a custom-resource template can carry one)
+    _gpu_pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/mig.capable", "operator": "In", "values": [{}]}]}]}}}),
+    _gpu_pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [["A100"]]}]}]}}}),
+    # tolerationSeconds as a string, where the policy wants a bounded NoExecute toleration
+    _gpu_pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "30"}]),
+], ids=["map-among-values", "list-among-values", "string-toleration-seconds"])
+def test_malformed_scheduling_fields_found_by_review_are_answered(obj: dict[str, Any]) -> None:
+    for phase in ("mutate", "validate"):
+        decision = engine.evaluate(EXTENDED, Request.for_object(obj), EMPTY_VIEW, phase)  # type: ignore[arg-type]
+        assert decision.allowed or decision.message()
 
 
 async def test_huge_exponent_quantity_in_a_custom_resource_is_answered(webhook: Webhook) -> None:

@@ -29,8 +29,8 @@ class Merge:
 
 def relation(have: Expression, wanted: Expression) -> str:
     """"implies", "conflicts" or "independent": what ``have`` says about ``wanted`` (same key)."""
-    op, values = have.get("operator"), set(sublist(have, "values"))
-    w_op, w_values = wanted.get("operator"), set(sublist(wanted, "values"))
+    op, values = have.get("operator"), _values(have)
+    w_op, w_values = wanted.get("operator"), _values(wanted)
     if op == w_op and values == w_values:
         return "implies"
     if w_op == "In":
@@ -46,6 +46,12 @@ def relation(have: Expression, wanted: Expression) -> str:
     if w_op == "DoesNotExist":
         return "conflicts" if op in ("In", "Exists", "Gt", "Lt") else "independent"
     return "independent"
+
+
+def _values(expr: Expression) -> set[str]:
+    """The expression's values as label values are compared: as strings (a malformed
+    custom-resource template may hold anything there)."""
+    return {str(v) for v in sublist(expr, "values")}
 
 
 def describe(expr: Expression) -> str:

@@ -42,9 +42,16 @@ def covers(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
         return False
     if have.get("effect") and have.get("effect") != wanted.get("effect"):
         return False
-    if have.get("effect") == "NoExecute" and have.get("tolerationSeconds") is not None:
-        if wanted.get("tolerationSeconds") is None or have["tolerationSeconds"] < wanted["tolerationSeconds"]:
+    have_seconds, wanted_seconds = have.get("tolerationSeconds"), wanted.get("tolerationSeconds")
+    if have.get("effect") == "NoExecute" and have_seconds is not None:
+        # a bounded toleration covers a bound no longer than its own; one whose
+        # bound is not a number (no API server would accept it) covers nothing
+        if wanted_seconds is None or not _is_number(have_seconds) or have_seconds < wanted_seconds:
             return False
     if have_op == "Exists":
         return True
     return wanted.get("operator") == "Equal" and (have.get("value") or "") == (wanted.get("value") or "")
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and value == value  # not a bool, not NaN
