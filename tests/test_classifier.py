@@ -71,10 +71,14 @@ def pods(draw: Any) -> dict[str, Any]:
     }
 
 
+def _linear(entries: list[tuple[schema.ClassMatch, str]], facts: match.PodFacts) -> str:
+    """The specification: every entry in order, the first match wins."""
+    return next((workload_class for entry, workload_class in entries if match.entry_matches(entry, facts)), "")
+
+
 def _both(entries: list[tuple[schema.ClassMatch, str]], pod: dict[str, Any]) -> tuple[str, str]:
-    facts = dict(pod_meta=pod["meta"], owner_kinds=pod["owner_kinds"], workload_kind=pod["workload_kind"],
-                 namespace=pod["namespace"], ns_labels=pod["ns_labels"])
-    return match.Classifier(entries).classify(**facts), match.classify(entries, **facts)
+    args = (pod["meta"], pod["owner_kinds"], pod["workload_kind"], pod["namespace"], pod["ns_labels"])
+    return match.Classifier(entries).classify(*args), _linear(entries, match.PodFacts.of(*args))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -71,6 +71,14 @@ class PodFacts:
     namespace: str
     ns_labels: Mapping[str, str]
 
+    @classmethod
+    def of(
+        cls, pod_meta: Mapping[str, Any], owner_kinds: set[str], workload_kind: str, namespace: str,
+        ns_labels: Mapping[str, str],
+    ) -> PodFacts:
+        return cls(_str_map(pod_meta.get("labels")), _str_map(pod_meta.get("annotations")),
+                   owner_kinds, workload_kind, namespace, ns_labels)
+
 
 class Classifier:
     """Finds a pod's workload class; the class entries are indexed once, at load.
@@ -134,35 +142,16 @@ class Classifier:
                 candidates.update(self._annotation.get(key, ()))
         if not candidates:
             return ""
-        facts = PodFacts(_str_map(labels), _str_map(annotations), owner_kinds, workload_kind, namespace, ns_labels)
+        facts = PodFacts.of(pod_meta, owner_kinds, workload_kind, namespace, ns_labels)
         for index in sorted(candidates):
             entry, workload_class = self.entries[index]
-            if _class_entry_matches(entry, facts):
+            if entry_matches(entry, facts):
                 return workload_class
         return ""
 
 
-def classify(
-    entries: Sequence[tuple[schema.ClassMatch, str]],
-    *,
-    pod_meta: Mapping[str, Any],
-    owner_kinds: set[str],
-    workload_kind: str,
-    namespace: str,
-    ns_labels: Mapping[str, str],
-) -> str:
-    """The class of the first matching entry, checked one by one (the reference ``Classifier`` must agree with)."""
-    facts = PodFacts(
-        _str_map(pod_meta.get("labels")), _str_map(pod_meta.get("annotations")),
-        owner_kinds, workload_kind, namespace, ns_labels,
-    )
-    for entry, workload_class in entries:
-        if _class_entry_matches(entry, facts):
-            return workload_class
-    return ""
-
-
-def _class_entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:
+def entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:
+    """Does one class entry match the pod? Every given field must (AND)."""
     # cheapest first: most entries are decided by the kinds
     if m.ownerKinds and not pod.owner_kinds.intersection(m.ownerKinds):
         return False
