@@ -117,8 +117,8 @@ def workloads(draw: Any) -> dict[str, Any]:
     if kind in ("Job", "CronJob"):
         spec["restartPolicy"] = "Never"
         job = {"template": template}
-        body = {"schedule": "0 * * * *", "jobTemplate": {"spec": job}} if kind == "CronJob" else job
-        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": body}
+        job_spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": job}} if kind == "CronJob" else job
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": job_spec}
     body: dict[str, Any] = {"selector": {"matchLabels": labels}, "template": template}
     if kind == "StatefulSet":
         body["serviceName"] = "w"

@@ -30,14 +30,18 @@ def api() -> Iterator[FakeApiServer]:
         yield server
 
 
+def stored(api: FakeApiServer, kind: str, name: str, namespace: str = NS) -> dict[str, Any]:
+    obj = api.get(kind, name, namespace)
+    assert obj is not None, f"{kind} {name} missing"
+    return obj
+
+
 def secret(api: FakeApiServer, name: str) -> dict[str, bytes]:
-    obj = api.get("Secret", name, NS)
-    assert obj is not None, f"Secret {name} missing"
-    return {k: base64.b64decode(v) for k, v in obj["data"].items()}
+    return {k: base64.b64decode(v) for k, v in stored(api, "Secret", name)["data"].items()}
 
 
 def bundles(api: FakeApiServer) -> set[bytes]:
-    found = set()
+    found: set[bytes] = set()
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         config = api.get(kind, "gpu-admission", NS)
         assert config is not None
@@ -64,7 +68,7 @@ def test_install_creates_secrets_and_caBundle_and_is_idempotent(api: FakeApiServ
     report = bootstrap.install(api.api_client(), bootstrap.Settings())
     assert len(report.changes) == 4, report.changes
     tls, ca = secret(api, "gpu-admission-tls"), secret(api, "gpu-admission-ca")
-    assert api.get("Secret", "gpu-admission-tls", NS)["type"] == "kubernetes.io/tls"
+    assert stored(api, "Secret", "gpu-admission-tls")["type"] == "kubernetes.io/tls"
     assert "ca.key" not in tls, "the server's Secret must not carry the CA key"
     [bundle] = bundles(api)  # every webhook of both configurations has the same bundle
     assert bundle == ca["ca.crt"] and tls["ca.crt"] == ca["ca.crt"]
@@ -72,10 +76,10 @@ def test_install_creates_secrets_and_caBundle_and_is_idempotent(api: FakeApiServ
     sans = x509.load_pem_x509_certificate(tls["tls.crt"]).extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert "gpu-admission.gpu-admission.svc" in sans.value.get_values_for_type(x509.DNSName)
 
-    versions = {k: api.get(*k)["metadata"]["resourceVersion"] for k in (("Secret", "gpu-admission-tls", NS), ("Secret", "gpu-admission-ca", NS))}
+    versions = {k: stored(api, *k)["metadata"]["resourceVersion"] for k in (("Secret", "gpu-admission-tls", NS), ("Secret", "gpu-admission-ca", NS))}
     again = bootstrap.install(api.api_client(), bootstrap.Settings())
     assert again.changes == []
-    assert versions == {k: api.get(*k)["metadata"]["resourceVersion"] for k in versions}
+    assert versions == {k: stored(api, *k)["metadata"]["resourceVersion"] for k in versions}
 
 
 def test_install_renews_what_is_due(api: FakeApiServer) -> None:

@@ -23,8 +23,9 @@ def test_generate_cli_covers_every_service_name(tmp_path: Path) -> None:
     }
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert 29 <= (cert.not_valid_after_utc - cert.not_valid_before_utc).days <= 31
-    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
-    assert cert.public_key().curve.name == "secp256r1"
+    public_key = cert.public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    assert public_key.curve.name == "secp256r1"
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert x509.oid.ExtendedKeyUsageOID.SERVER_AUTH in eku
     for key in ("tls.key", "ca.key"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -96,14 +96,21 @@ def test_shipped_classes_agree_with_the_linear_scan(pod: dict[str, Any]) -> None
     assert indexed == linear
 
 
+class _Common(TypedDict):
+    owner_kinds: set[str]
+    namespace: str
+    ns_labels: dict[str, str]
+
+
 def test_a_pod_matching_no_anchor_has_no_class_and_an_anchored_one_does() -> None:
     classifier = SHIPPED.classifier
-    common = dict(owner_kinds=set(), namespace="ml", ns_labels={})
+    common: _Common = {"owner_kinds": set(), "namespace": "ml", "ns_labels": {}}
+    owned_by_job: _Common = {**common, "owner_kinds": {"Job"}}
     assert classifier.classify(pod_meta={"labels": {"app": "x"}}, workload_kind="Pod", **common) == ""
     assert classifier.classify(pod_meta={"labels": {"notebook-name": "nb"}}, workload_kind="Pod", **common) == "notebook"
-    assert classifier.classify(pod_meta={}, workload_kind="Pod", **{**common, "owner_kinds": {"Job"}}) == "batch"
+    assert classifier.classify(pod_meta={}, workload_kind="Pod", **owned_by_job) == "batch"
     # an explicit label outranks the owner heuristics (lower order is tried first)
     assert classifier.classify(
         pod_meta={"labels": {"gpu-admission.io/workload-class": "inference"}}, workload_kind="Pod",
-        **{**common, "owner_kinds": {"Job"}},
+        **owned_by_job,
     ) == "inference"

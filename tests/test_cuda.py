@@ -80,9 +80,15 @@ def test_policy_rows_extend_and_override_the_table() -> None:
 
 def test_driver_versions_compare_numerically() -> None:
     parse = DriverVersion.parse
+
+    def version(text: str) -> DriverVersion:
+        parsed = parse(text)
+        assert parsed is not None, text
+        return parsed
+
     assert parse("535.104.05") == parse("535.104.5")
-    assert parse("570.26") < parse("570.124.06") < parse("580")
-    assert parse("9.1") < parse("10.0")
+    assert version("570.26") < version("570.124.06") < version("580")
+    assert version("9.1") < version("10.0")
     assert parse("not-a-version") is None
 
 

@@ -18,7 +18,7 @@ def test_pointer_escapes_rfc6901() -> None:
 
 
 def test_missing_parents_are_added_as_one_subtree() -> None:
-    doc = {"spec": {}}
+    doc: dict[str, Any] = {"spec": {}}
     b = PatchBuilder(doc)
     b.set(["spec", "securityContext", "runAsNonRoot"], True)
     assert b.ops == [{"op": "add", "path": "/spec/securityContext", "value": {"runAsNonRoot": True}}]

@@ -86,7 +86,7 @@ def test_match_fields_and_empty_terms() -> None:
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["t4"]}]}]}}}}
     assert names(spec) == ["t4"]
     assert names(required([])) == []  # an empty term matches no node
-    empty = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}
+    empty: dict[str, Any] = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}
     assert names(empty) == []
 
 

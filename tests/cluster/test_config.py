@@ -38,7 +38,10 @@ def test_explicit_kubeconfig_and_context(api: FakeApiServer, tmp_path: Path) -> 
     path = _kubeconfig(tmp_path / "config", {"broken": "http://127.0.0.1:9", "fake": api.url}, "broken")
     api_client = load_api_client(str(path), "fake", None, environ={})
     assert api_client is not None
-    names = [n.metadata.name for n in client.CoreV1Api(api_client).list_namespace().items]
+    names = []
+    for namespace in client.CoreV1Api(api_client).list_namespace().items:
+        assert namespace.metadata is not None
+        names.append(namespace.metadata.name)
     assert "default" in names
     assert api.requests()[-1].headers["Authorization"] == "Bearer secret-token"
     assert api.requests()[-1].headers["User-Agent"] == "gpu-admission"

@@ -10,6 +10,7 @@ import datetime
 import ipaddress
 import json
 import ssl
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,16 @@ def _events(response: Any) -> list[dict[str, Any]]:
 
 
 def _status(exc: client.ApiException) -> dict[str, Any]:
+    assert exc.body is not None
     return json.loads(exc.body)  # type: ignore[no-any-return]
+
+
+def _names(objects: Iterable[client.V1Namespace]) -> list[str | None]:
+    names = []
+    for obj in objects:
+        assert obj.metadata is not None
+        names.append(obj.metadata.name)
+    return names
 
 
 def test_list_has_the_api_server_shape(api: FakeApiServer) -> None:
@@ -48,7 +58,8 @@ def test_list_has_the_api_server_shape(api: FakeApiServer) -> None:
     assert {"uid", "creationTimestamp", "resourceVersion", "managedFields"} <= set(meta)
     assert int(meta["resourceVersion"]) <= int(api.resource_version)
     typed = client.SchedulingV1Api(api.api_client()).list_priority_class()
-    assert typed.items == [] and typed.metadata.resource_version == api.resource_version
+    assert typed.items == [] and typed.metadata is not None
+    assert typed.metadata.resource_version == api.resource_version
 
 
 def test_resource_versions_are_global_and_increasing(api: FakeApiServer) -> None:
@@ -139,28 +150,32 @@ def test_crud_answers_with_status_objects(api: FakeApiServer) -> None:
     assert _status(missing.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                       "message": 'secrets "tls" not found', "reason": "NotFound",
                                       "details": {"name": "tls", "kind": "secrets"}, "code": 404}  # fmt: skip
-    created = v1.create_namespaced_secret("default", {"metadata": {"name": "tls"}, "stringData": {"ca": "x"}})
-    assert created.data == {"ca": "eA=="} and created.metadata.uid
+    tls = client.V1ObjectMeta(name="tls")
+    created = v1.create_namespaced_secret("default", client.V1Secret(metadata=tls, string_data={"ca": "x"}))
+    assert created.data == {"ca": "eA=="} and created.metadata is not None and created.metadata.uid
     with pytest.raises(client.ApiException) as exists:
-        v1.create_namespaced_secret("default", {"metadata": {"name": "tls"}})
+        v1.create_namespaced_secret("default", client.V1Secret(metadata=tls))
     assert exists.value.status == 409 and _status(exists.value)["reason"] == "AlreadyExists"
     stale = created.to_dict()
     v1.patch_namespaced_secret("tls", "default", {"metadata": {"labels": {"a": "b"}}})
     with pytest.raises(client.ApiException) as conflict:
-        v1.replace_namespaced_secret("tls", "default", {"metadata": {"name": "tls", "resourceVersion":
-                                                                     stale["metadata"]["resource_version"]}})  # fmt: skip
+        v1.replace_namespaced_secret("tls", "default", client.V1Secret(metadata=client.V1ObjectMeta(
+            name="tls", resource_version=stale["metadata"]["resource_version"])))
     assert conflict.value.status == 409 and _status(conflict.value)["reason"] == "Conflict"
     with pytest.raises(client.ApiException) as no_namespace:
-        v1.create_namespaced_secret("nowhere", {"metadata": {"name": "tls"}})
+        v1.create_namespaced_secret("nowhere", client.V1Secret(metadata=tls))
     assert no_namespace.value.status == 404 and "namespaces" in _status(no_namespace.value)["message"]
 
 
 def test_webhook_configurations_patch_by_merge_and_json_patch(api: FakeApiServer) -> None:
     admission = client.AdmissionregistrationV1Api(api.api_client())
-    webhook = {"name": "gpu.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-               "clientConfig": {"service": {"name": "gpu", "namespace": "default"}}}  # fmt: skip
-    created = admission.create_validating_webhook_configuration({"metadata": {"name": "gpu"}, "webhooks": [webhook]})
-    assert created.metadata.generation == 1
+    webhook = client.V1ValidatingWebhook(
+        name="gpu.example.com", admission_review_versions=["v1"], side_effects="None",
+        client_config=client.AdmissionregistrationV1WebhookClientConfig(
+            service=client.AdmissionregistrationV1ServiceReference(name="gpu", namespace="default")))
+    created = admission.create_validating_webhook_configuration(
+        client.V1ValidatingWebhookConfiguration(metadata=client.V1ObjectMeta(name="gpu"), webhooks=[webhook]))
+    assert created.metadata is not None and created.metadata.generation == 1
     admission.patch_validating_webhook_configuration(
         "gpu", {"webhooks": [{"name": "gpu.example.com", "clientConfig": {"caBundle": "Q0E="}}]})
     stored = api.get("ValidatingWebhookConfiguration", "gpu")
@@ -215,5 +230,5 @@ def test_serves_tls_when_given_a_context(tmp_path: Path) -> None:
     context, ca = _self_signed(tmp_path)
     with FakeApiServer(ssl_context=context) as api:
         assert api.url.startswith("https://127.0.0.1:")
-        names = [n.metadata.name for n in client.CoreV1Api(api.api_client(ssl_ca_cert=ca)).list_namespace().items]
+        names = _names(client.CoreV1Api(api.api_client(ssl_ca_cert=ca)).list_namespace().items)
         assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]

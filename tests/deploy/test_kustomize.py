@@ -138,6 +138,7 @@ def _normal(obj: Any) -> Any:
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with built-in kustomize) not installed")
 @pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
 def test_kustomize_builds_exactly_the_files(folder: Path) -> None:
+    assert KUBECTL is not None  # the skipif above
     built = subprocess.run([KUBECTL, "kustomize", str(folder)], capture_output=True,
                            text=True, check=False, timeout=120)
     assert built.returncode == 0, built.stderr
