@@ -17,7 +17,8 @@ from webhook.policy.view import EMPTY_VIEW, SnapshotView
 
 POLICIES = loader.load_directory(REPO / "policies")
 #: the shipped policies plus settings they leave out: a NoExecute toleration
-#: with tolerationSeconds, required and preferred node affinity for every GPU pod
+#: with tolerationSeconds, required and preferred node affinity for every GPU
+#: pod, quota caps of every scope, the GPU-access guard, priority classes by default
 EXTENDED = loader.load_text("\n---\n".join([*(f.read_text() for f in sorted((REPO / "policies").glob("*.yaml"))), """
 apiVersion: gpu-admission.io/v1alpha1
 kind: GPUPolicy
@@ -30,6 +31,16 @@ spec:
     nodeAffinity:
       required: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-A100-SXM4-80GB]}]
       preferred: [{weight: 10, matchExpressions: [{key: nvidia.com/mig.capable, operator: NotIn, values: ["true"]}]}]
+    priorityClass: {default: gpu-batch, override: true}
+    quota:
+      mode: enforce
+      limits:
+        - {scope: namespace, namespaces: ["ml-*"], max: 8}
+        - {scope: team, teamLabel: team, max: 32}
+        - {scope: namespace, model: NVIDIA-H100-80GB-HBM3, max: 4}
+        - {scope: team, teamLabel: team, priorityClasses: [gpu-inference], max: 16}
+        - {scope: namespace, resource: "nvidia.com/mig-*", max: 2}
+    gpuVisibility: {setVoid: true, denyUnrequestedVisibleDevices: true}
 """]), "extended")
 CLUSTER = SnapshotView.from_objects(
     obj for f in sorted((REPO / "examples/cluster").glob("*.yaml")) for obj in yaml.safe_load_all(f.read_text()) if obj
