@@ -25,6 +25,8 @@ _SUFFIXES = {
 
 def parse_quantity(value: object) -> Decimal | None:
     """The quantity's value, or None when it is not a valid quantity."""
+    if type(value) is str and value.isdigit() and value.isascii() and len(value) <= _MAX_MAGNITUDE:
+        return Decimal(value)  # the common case: a plain count ("8"), as GPUs are given
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):

@@ -57,10 +57,16 @@ def allocatable(node: Object, resource: str) -> Decimal:
     return amount if amount is not None else Decimal(0)
 
 
-def requirement_matches(expr: Object, labels: Mapping[str, str]) -> bool:
-    """One node-selector requirement against a node's labels."""
-    key, op = str(expr.get("key", "")), expr.get("operator")
-    values = [str(v) for v in _list(expr.get("values"))]
+#: one node-selector requirement, read once: (key, operator, values as strings)
+Requirement = tuple[str, Any, list[str]]
+
+
+def _requirement(expr: Object) -> Requirement:
+    return str(expr.get("key", "")), expr.get("operator"), [str(v) for v in _list(expr.get("values"))]
+
+
+def _holds(requirement: Requirement, labels: Mapping[str, Any]) -> bool:
+    key, op, values = requirement
     present = key in labels
     if op == "In":
         return present and labels[key] in values
@@ -78,33 +84,26 @@ def requirement_matches(expr: Object, labels: Mapping[str, str]) -> bool:
     return False
 
 
-def term_matches(term: Any, node: Object) -> bool:
-    """A nodeSelectorTerm: every expression and field must hold; an empty term matches nothing."""
+#: a nodeSelectorTerm, read once: (label requirements, field requirements); None matches nothing
+Term = tuple[list[Requirement], list[Requirement]] | None
+
+
+def _term(term: Any) -> Term:
     if not isinstance(term, Mapping):
+        return None
+    exprs = [_requirement(e) for e in sublist(term, "matchExpressions") if isinstance(e, Mapping)]
+    fields = [_requirement(f) for f in _list(term.get("matchFields")) if isinstance(f, Mapping)]
+    return (exprs, fields) if exprs or fields else None  # an empty term matches nothing
+
+
+def _term_admits(term: Term, node: Object) -> bool:
+    if term is None:
         return False
-    exprs = [e for e in sublist(term, "matchExpressions") if isinstance(e, Mapping)]
-    fields = [f for f in _list(term.get("matchFields")) if isinstance(f, Mapping)]
-    if not exprs and not fields:
-        return False
+    exprs, fields = term
     labels = node_labels(node)
-    node_fields = {"metadata.name": node_name(node)}
-    return all(requirement_matches(e, labels) for e in exprs) and all(
-        requirement_matches(f, node_fields) for f in fields
-    )
-
-
-def affinity_matches(spec: Object, node: Object) -> bool:
-    """The pod's nodeSelector and required node affinity both admit the node."""
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
-        labels = node_labels(node)
-        if any(labels.get(str(k)) != str(v) for k, v in selector.items()):
-            return False
-    required = lookup(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
-    if not isinstance(required, Mapping):
-        return True
-    terms = required.get("nodeSelectorTerms")
-    return isinstance(terms, list) and any(term_matches(t, node) for t in terms)
+    if not all(_holds(e, labels) for e in exprs):
+        return False
+    return not fields or all(_holds(f, {"metadata.name": node_name(node)}) for f in fields)
 
 
 def tolerates(toleration: Object, taint: Object) -> bool:
@@ -120,41 +119,68 @@ def tolerates(toleration: Object, taint: Object) -> bool:
     return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def taints_tolerated(tolerations: Iterable[Object], node: Object) -> bool:
-    """Every NoSchedule/NoExecute taint of the node (cordon included) is tolerated."""
+def _taints_tolerated(held: list[Object], node: Object) -> bool:
     spec = node.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    taints = [t for t in sublist(spec, "taints") if isinstance(t, Mapping)]
+    if not isinstance(spec, Mapping):
+        return True
+    for taint in sublist(spec, "taints"):
+        if isinstance(taint, Mapping) and taint.get("effect") in ("NoSchedule", "NoExecute"):
+            for toleration in held:
+                if tolerates(toleration, taint):
+                    break
+            else:
+                return False
     if spec.get("unschedulable") is True:
-        taints.append(UNSCHEDULABLE_TAINT)
-    held = [t for t in tolerations if isinstance(t, Mapping)]
-    return all(
-        any(tolerates(t, taint) for t in held)
-        for taint in taints
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
-    )
+        return any(tolerates(t, UNSCHEDULABLE_TAINT) for t in held)
+    return True
 
 
-def fits(node: Object, needs: Mapping[str, Decimal]) -> bool:
-    """The node offers every requested GPU resource, enough of it for the pod."""
-    return all(allocatable(node, name) >= max(count, Decimal(1)) for name, count in needs.items())
+class NodeFilter:
+    """What a pod spec asks of a node, read once and then checked against each node.
+
+    The scheduler's filters as the module docstring lists them; a cluster has
+    thousands of nodes, so nothing about the pod is worked out per node.
+    """
+
+    def __init__(self, spec: Object, needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = ()) -> None:
+        self.pinned = spec.get("nodeName")
+        selector = spec.get("nodeSelector")
+        self.selector = [(str(k), str(v)) for k, v in selector.items()] if isinstance(selector, Mapping) else []
+        required = lookup(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
+        #: None: no required node affinity; otherwise the terms (ORed), [] when there are none
+        self.terms: list[Term] | None = None
+        if isinstance(required, Mapping):
+            terms = required.get("nodeSelectorTerms")
+            self.terms = [_term(t) for t in terms] if isinstance(terms, list) else []
+        held = [*sublist(spec, "tolerations"), *extra_tolerations]
+        self.tolerations = [t for t in held if isinstance(t, Mapping)]
+        self.needs = [(name, max(count, Decimal(1))) for name, count in needs.items()]
+
+    def admits(self, node: Any) -> bool:
+        if not isinstance(node, Mapping):
+            return False
+        if self.pinned and node_name(node) != self.pinned:
+            return False
+        if self.selector:
+            labels = node_labels(node)
+            for key, value in self.selector:
+                if labels.get(key) != value:
+                    return False
+        if self.terms is not None and not any(_term_admits(t, node) for t in self.terms):
+            return False
+        if not _taints_tolerated(self.tolerations, node):
+            return False
+        return all(allocatable(node, name) >= count for name, count in self.needs)
+
+    def select(self, nodes: Iterable[Object]) -> list[Object]:
+        return [node for node in nodes if self.admits(node)]
 
 
 def eligible_nodes(
     spec: Object, nodes: Iterable[Object], needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = ()
 ) -> list[Object]:
     """Nodes the pod could be scheduled to (or, with nodeName, run on)."""
-    pinned = spec.get("nodeName")
-    tolerations = [*(sublist(spec, "tolerations")), *extra_tolerations]
-    return [
-        node
-        for node in nodes
-        if isinstance(node, Mapping)
-        and (not pinned or node_name(node) == pinned)
-        and affinity_matches(spec, node)
-        and taints_tolerated(tolerations, node)
-        and fits(node, needs)
-    ]
+    return NodeFilter(spec, needs, extra_tolerations).select(nodes)
 
 
 def _integer(text: str) -> int | None:
