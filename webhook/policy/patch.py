@@ -80,8 +80,7 @@ class PatchBuilder:
         if id(node) not in owned:
             node = self.doc = _shallow(node)
             owned[id(node)] = node
-        # one walk down, copying what we do not own yet (a copy that turns out
-        # not to be needed changes nothing but identity)
+        # one walk down, copying what we do not own yet (an unneeded copy changes only identity)
         last = len(path) - 1
         child: Any = _MISSING
         for depth, key in enumerate(path):
@@ -114,15 +113,12 @@ class PatchBuilder:
                 child = node[key] = child.copy()
                 owned[id(child)] = child
             node = child
-        if child is _MISSING:
-            if type(node) is list:
-                node.insert(key, value)  # type: ignore[arg-type]
-            else:
-                node[key] = value
-            self.ops.append({"op": "add", "path": self._pointer(path), "value": value})
+        added = child is _MISSING
+        if added and type(node) is list:
+            node.insert(key, value)  # type: ignore[arg-type]
         else:
             node[key] = value
-            self.ops.append({"op": "replace", "path": self._pointer(path), "value": value})
+        self.ops.append({"op": "add" if added else "replace", "path": self._pointer(path), "value": value})
         return True
 
     def set_default(self, path: Path, value: Any) -> bool:
