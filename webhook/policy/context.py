@@ -76,10 +76,6 @@ class RuleContext:
         """GPU resource names a container mentions (empty for non-GPU containers)."""
         return self.slots.get((ref.list_name, ref.index), frozenset())
 
-    def pod_gpu_names(self) -> frozenset[str]:
-        """Every GPU resource name the pod spec mentions."""
-        return frozenset().union(*self.slots.values())
-
     def where(self, ref: gpu.ContainerRef | None = None, field_path: str = "") -> str:
         """A human location: "Pod ml/x container "c" (resources.limits)"."""
         text = self.request.subject
