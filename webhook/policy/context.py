@@ -53,7 +53,6 @@ class RuleContext:
             )
         return self._workload_class
 
-
     @property
     def meta(self) -> Mapping[str, Any]:
         """The pod (template) metadata, {} when the spec has none."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -73,18 +73,8 @@ class ContainerRef:
         return f'{kind} "{self.name}"'
 
 
-def containers(spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
+def containers(spec: Mapping[str, Any]) -> list[ContainerRef]:
     """Init containers then app containers of a pod spec (ephemeral ones never hold GPUs)."""
-    for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
-        if isinstance(items, list):
-            for index, container in enumerate(items):
-                if isinstance(container, dict):
-                    yield ContainerRef(list_name, index, container)
-
-
-def container_list(spec: Mapping[str, Any]) -> list[ContainerRef]:
-    """``containers(spec)`` as a list."""
     refs = []
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)

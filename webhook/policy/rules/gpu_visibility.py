@@ -23,7 +23,7 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
     spec = ctx.spec
     if pod_has_gpu and len(ctx.slots) == _count(spec, "initContainers") + _count(spec, "containers"):
         return  # every container requested a GPU
-    for ref in gpu.container_list(spec):
+    for ref in gpu.containers(spec):
         if ctx.gpu_names(ref):
             continue
         env = ref.container.get("env")

@@ -24,7 +24,7 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     spec = ctx.spec
     if is_windows(spec):
         return  # the API rejects these Linux fields on Windows pods
-    refs = gpu.container_list(spec)
+    refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
     container_scs = [_sc(ref.container) for ref in refs]
