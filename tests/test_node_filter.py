@@ -64,9 +64,8 @@ def _affinity(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 def _taints(tolerations: Iterable[Any], node: Mapping[str, Any]) -> bool:
     spec = node.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
-    taints = [t for t in sublist(spec, "taints") if isinstance(t, Mapping)]
-    if spec.get("unschedulable") is True:
-        taints.append(scheduling.UNSCHEDULABLE_TAINT)
+    taints = [t for t in sublist(spec, "taints")
+              if isinstance(t, Mapping) and t.get("key") not in scheduling.CONDITION_TAINTS]
     held = [t for t in tolerations if isinstance(t, Mapping)]
     return all(any(scheduling.tolerates(t, taint) for t in held)
                for taint in taints if taint.get("effect") in ("NoSchedule", "NoExecute"))
@@ -102,7 +101,7 @@ TAINT = st.fixed_dictionaries({"key": st.sampled_from(["nvidia.com/gpu", "pool",
                                "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])},
                               optional={"value": VALUES})
 TOLERATION = st.fixed_dictionaries({}, optional={
-    "key": st.sampled_from(["nvidia.com/gpu", "pool", "node.kubernetes.io/unschedulable"]),
+    "key": st.sampled_from(["nvidia.com/gpu", "pool", "node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready"]),
     "operator": st.sampled_from(["Exists", "Equal", "Bogus"]), "value": VALUES,
     "effect": st.sampled_from(["NoSchedule", "NoExecute", ""]),
 }) | ODD
@@ -135,9 +134,9 @@ NEEDS = st.dictionaries(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=SPEC, node_list=nodes(), needs=NEEDS, daemonset=st.booleans())
+@given(spec=SPEC, node_list=nodes(), needs=NEEDS, tolerate_all=st.booleans())
 def test_node_filter_agrees_with_the_per_node_specification(
-    spec: dict[str, Any], node_list: list[Any], needs: dict[str, Decimal], daemonset: bool
+    spec: dict[str, Any], node_list: list[Any], needs: dict[str, Decimal], tolerate_all: bool
 ) -> None:
-    extra = list(scheduling.DAEMONSET_TOLERATIONS) if daemonset else []
+    extra = [{"operator": "Exists"}] if tolerate_all else []
     assert scheduling.eligible_nodes(spec, node_list, needs, extra) == reference(spec, node_list, needs, extra)

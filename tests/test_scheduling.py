@@ -118,10 +118,23 @@ def test_prefer_no_schedule_is_ignored_and_no_execute_counts() -> None:
     assert [scheduling.node_name(n) for n in scheduling.eligible_nodes({}, [soft, hard], ONE_GPU)] == ["soft"]
 
 
-def test_cordoned_nodes_only_for_pods_that_tolerate_it() -> None:
+@pytest.mark.parametrize("key", sorted(scheduling.CONDITION_TAINTS))
+@pytest.mark.parametrize("effect", ["NoSchedule", "NoExecute"])
+def test_condition_taints_do_not_make_a_node_ineligible(key: str, effect: str) -> None:
+    # kube-apiserver's TaintNodesByCondition puts not-ready:NoSchedule on every new node
+    coming_up = node("coming-up", taints=[{"key": key, "effect": effect}])
+    assert scheduling.eligible_nodes({}, [coming_up], ONE_GPU) == [coming_up]
+
+
+def test_cordoned_nodes_stay_eligible() -> None:
     cordoned = node("cordoned", unschedulable=True)
-    assert scheduling.eligible_nodes({}, [cordoned], ONE_GPU) == []
-    assert scheduling.eligible_nodes({}, [cordoned], ONE_GPU, extra_tolerations=scheduling.DAEMONSET_TOLERATIONS)
+    assert scheduling.eligible_nodes({}, [cordoned], ONE_GPU) == [cordoned]
+
+
+def test_condition_taint_beside_a_real_taint_still_needs_the_real_toleration() -> None:
+    both = node("both", taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    assert scheduling.eligible_nodes({}, [both], ONE_GPU) == []
 
 
 @pytest.mark.parametrize(

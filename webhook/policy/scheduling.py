@@ -3,10 +3,16 @@
 Checked: ``spec.nodeName``; ``nodeSelector``; required node affinity (terms
 ORed, expressions ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt, and
 matchFields on metadata.name); NoSchedule/NoExecute taints against the
-pod's tolerations (a cordoned node counts as tainted
-node.kubernetes.io/unschedulable, as the scheduler treats it); and the GPU
-resources in the node's allocatable. Not checked: free capacity right now,
-pod (anti-)affinity and topology spread, which change by the second.
+pod's tolerations; and the GPU resources in the node's allocatable.
+
+Not checked: what changes by the second — free capacity, pod (anti-)affinity,
+topology spread, and the node's current condition. The condition taints
+(``node.kubernetes.io/not-ready``, ``unreachable``, ``*-pressure``,
+``network-unavailable``, ``unschedulable``) and a cordon are set and lifted
+by the node lifecycle controller and by operators as a node's state changes;
+they say nothing about what the node can run once it is back. A NotReady blip
+or a node pool still coming up must not make a node ineligible, or every
+check that asks "which nodes could run this" would switch itself off.
 """
 
 from __future__ import annotations
@@ -20,20 +26,12 @@ from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
 
-UNSCHEDULABLE_TAINT: Object = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-
-#: what the DaemonSet controller adds to every DaemonSet pod, so that its
-#: pods run on cordoned and pressured nodes too
-DAEMONSET_TOLERATIONS: tuple[Object, ...] = tuple(
-    {"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": effect}
-    for key, effect in (
-        ("not-ready", "NoExecute"),
-        ("unreachable", "NoExecute"),
-        ("disk-pressure", "NoSchedule"),
-        ("memory-pressure", "NoSchedule"),
-        ("pid-pressure", "NoSchedule"),
-        ("unschedulable", "NoSchedule"),
-    )
+#: taints that describe a node's current condition (kubernetes pkg/apis/core
+#: well_known_taints.go), not what the node can run: ignored by the filter
+CONDITION_TAINTS: frozenset[str] = frozenset(
+    f"node.kubernetes.io/{key}"
+    for key in ("not-ready", "unreachable", "unschedulable", "memory-pressure", "disk-pressure",
+                "pid-pressure", "network-unavailable", "out-of-service")
 )
 
 
@@ -124,14 +122,16 @@ def _taints_tolerated(held: list[Object], node: Object) -> bool:
     if not isinstance(spec, Mapping):
         return True
     for taint in sublist(spec, "taints"):
-        if isinstance(taint, Mapping) and taint.get("effect") in ("NoSchedule", "NoExecute"):
+        if (
+            isinstance(taint, Mapping)
+            and taint.get("effect") in ("NoSchedule", "NoExecute")
+            and taint.get("key") not in CONDITION_TAINTS
+        ):
             for toleration in held:
                 if tolerates(toleration, taint):
                     break
             else:
                 return False
-    if spec.get("unschedulable") is True:
-        return any(tolerates(t, UNSCHEDULABLE_TAINT) for t in held)
     return True
 
 

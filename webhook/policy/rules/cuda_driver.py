@@ -113,8 +113,6 @@ def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersi
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
     """Tolerations the pod will have that its spec may not show yet."""
     implied: list[Mapping[str, Any]] = []
-    if ctx.request.kind == "DaemonSet":
-        implied.extend(scheduling.DAEMONSET_TOLERATIONS)
     if not ctx.target.is_pod:
         # a template's pods get the GPU tolerations when they are created
         # (this webhook's mutation, or the ExtendedResourceToleration plugin)
