@@ -97,6 +97,10 @@ def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         cmd.add_argument("--webhook-config", default="gpu-admission", help="name of both webhook configurations")
         cmd.add_argument("--days", type=int, default=365, help="serving certificate lifetime")
         cmd.add_argument("--renew-before-days", type=int, default=30)
+        cmd.add_argument("--dns", action="append", default=[],
+                         help="extra DNS name in the serving certificate (repeatable; for clientConfig.url)")
+        cmd.add_argument("--ip", action="append", default=[],
+                         help="extra IP address in the serving certificate (repeatable; for clientConfig.url)")
         cmd.add_argument("--kubeconfig")
         cmd.add_argument("--context")
         if name == "rotate":
@@ -120,6 +124,7 @@ def _certs_cluster(args: argparse.Namespace) -> int:
     settings = bootstrap.Settings(
         namespace=args.namespace, service=args.service, webhook_config=args.webhook_config,
         serving_days=args.days, renew_before_days=args.renew_before_days,
+        extra_dns=tuple(args.dns), extra_ips=tuple(args.ip),
     )
     try:
         if args.certs_command == "rotate":

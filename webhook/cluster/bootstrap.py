@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,9 @@ class Settings:
     serving_days: int = 365
     ca_days: int = 3650
     renew_before_days: int = 30
+    #: names beyond the Service's, for webhooks reached by clientConfig.url
+    extra_dns: tuple[str, ...] = ()
+    extra_ips: tuple[str, ...] = ()
     now: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(dt.timezone.utc))
 
 
@@ -123,14 +127,21 @@ def _due(pair: certs.KeyPair, settings: Settings) -> bool:
 
 
 def _fits(serving: certs.KeyPair, ca: certs.KeyPair, settings: Settings) -> bool:
-    """Signed by this CA and naming every Service name."""
+    """Signed by this CA and naming every Service name and extra name."""
     cert = serving.certificate
     try:
         cert.verify_directly_issued_by(ca.certificate)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        ips = {ipaddress.ip_address(ip) for ip in settings.extra_ips}
     except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
-    return set(certs.service_names(settings.service, settings.namespace)) <= set(sans.get_values_for_type(x509.DNSName))
+    return set(_dns_names(settings)) <= set(sans.get_values_for_type(x509.DNSName)) and ips <= set(
+        sans.get_values_for_type(x509.IPAddress)
+    )
+
+
+def _dns_names(settings: Settings) -> list[str]:
+    return list(dict.fromkeys([*certs.service_names(settings.service, settings.namespace), *settings.extra_dns]))
 
 
 def _bundle(current: bytes, previous: bytes | None, settings: Settings) -> bytes:
@@ -171,8 +182,9 @@ def _write_ca(core: client.CoreV1Api, settings: Settings, ca: certs.KeyPair, pre
 
 
 def _write_serving(core: client.CoreV1Api, settings: Settings, ca: certs.KeyPair, *, exists: bool) -> None:
-    names = certs.service_names(settings.service, settings.namespace)
-    serving = certs.generate_serving(ca, names, days=settings.serving_days, now=settings.now())
+    serving = certs.generate_serving(
+        ca, _dns_names(settings), list(dict.fromkeys(settings.extra_ips)), days=settings.serving_days, now=settings.now()
+    )
     data = {certs.TLS_CERT: serving.cert_pem, certs.TLS_KEY: serving.key_pem, certs.CA_CERT: ca.cert_pem}
     body = _secret(TLS_SECRET, settings.namespace, "kubernetes.io/tls", data)
     _save(core, settings.namespace, TLS_SECRET, body, exists)

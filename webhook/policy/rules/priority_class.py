@@ -13,7 +13,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     if not name:
         return
     current = ctx.spec.get("priorityClassName")
-    if current == name or (current and not cfg.override):
+    if current == name or (current and not cfg.override and not _cluster_default(ctx, current)):
         return
     if ctx.view.availability("priorityclasses").known and ctx.view.priority_class(name) is None:
         ctx.report(
@@ -29,3 +29,13 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
         if field in ctx.spec:
             ctx.builder.remove(ctx.spec_path(field))
     ctx.changed("priorityClassName")
+
+
+def _cluster_default(ctx: RuleContext, name: object) -> bool:
+    """Whether ``name`` is the globalDefault class, which the Priority plugin writes into every pod without one.
+
+    kube-apiserver resolves the default before webhooks run, so a pod that
+    named no class arrives with it: that is no choice of the user's to keep.
+    """
+    found = ctx.view.priority_class(name) if isinstance(name, str) else None
+    return bool(found and found.get("globalDefault") is True)

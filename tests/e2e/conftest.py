@@ -1,0 +1,92 @@
+"""Fixtures of the end-to-end suite: one real apiserver and one gpu-admission per run, a namespace per test.
+
+Skipped, with the reason, when no kube-apiserver can be had (see
+tests/e2e/apiserver.py); ``GPU_ADMISSION_E2E=required`` turns that into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import fixtures
+from tests.e2e.admission import Admission
+from tests.e2e.apiserver import ADMIN_TOKEN, ApiServer, Unavailable, find_assets
+from tests.e2e.kube import Kube
+from tests.support import POLICIES
+
+OPT_IN = "gpu-admission.io/enabled"
+
+
+def pytest_report_header() -> str:
+    return f"e2e: KUBEBUILDER_ASSETS={os.environ.get('KUBEBUILDER_ASSETS', '(unset)')}"
+
+
+@pytest.fixture(scope="session")
+def workdir() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="gpu-admission-e2e-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def apiserver(workdir: Path) -> Iterator[ApiServer]:
+    try:
+        assets = find_assets()
+    except Unavailable as exc:
+        if os.environ.get("GPU_ADMISSION_E2E") == "required":
+            pytest.fail(f"end-to-end suite required but: {exc}")
+        pytest.skip(f"end-to-end suite: {exc}")
+    server = ApiServer(assets, workdir / "kube")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def admin(apiserver: ApiServer, workdir: Path) -> Iterator[Kube]:
+    kube = Kube(apiserver.kubeconfig(workdir / "e2e-admin.kubeconfig", ADMIN_TOKEN))
+    yield kube
+    kube.close()
+
+
+@pytest.fixture(scope="session")
+def admission(apiserver: ApiServer, admin: Kube, workdir: Path) -> Iterator[Admission]:
+    policies = workdir / "policies"
+    shutil.copytree(POLICIES, policies)
+    (policies / "e2e-quota.yaml").write_text(fixtures.QUOTA_POLICY)
+    deployed = Admission(apiserver, admin, workdir / "gpu-admission", policies)
+    deployed.folder.mkdir()
+    deployed.install()
+    deployed.start()
+    try:
+        yield deployed
+    finally:
+        deployed.stop()
+
+
+@pytest.fixture
+def namespace(admission: Admission, admin: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace opted in to GPU admission."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    labels = {OPT_IN: "true", **getattr(request, "param", {})}
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    yield name
+    admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+@pytest.fixture
+def plain_namespace(admin: Kube) -> Iterator[str]:
+    """A fresh namespace that is not opted in."""
+    name = f"e2e-plain-{uuid.uuid4().hex[:8]}"
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

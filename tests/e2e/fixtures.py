@@ -1,0 +1,121 @@
+"""Objects the end-to-end tests create: GPU pods, workloads, nodes as a kubelet would register them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.e2e.admission import Admission
+from tests.e2e.kube import Kube, Object, eventually
+
+#: the e2e policy directory adds this to the shipped policies: GPU caps in namespaces labelled for it
+QUOTA_LABEL = "e2e.gpu-admission.io/quota"
+QUOTA_POLICY = f"""\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: e2e-quota
+spec:
+  order: 300
+  match:
+    kinds: ["*"]
+    namespaceSelector: {{matchLabels: {{{QUOTA_LABEL}: "on"}}}}
+  rules:
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {{scope: namespace, max: 2}}
+"""
+
+CUDA_124 = "nvcr.io/nvidia/pytorch:24.05-py3"  # CUDA 12.4.1 (FACTS.md §4): driver >= 550.54.15
+TOLERATE_GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_container(name: str = "train", gpus: Any = 1, image: str = "nvidia/cuda:12.2.0-base-ubuntu22.04",
+                  requests: Any = None, memory: str | None = "8Gi") -> Object:
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpus} if gpus is not None else {}
+    if memory:
+        limits["memory"] = memory
+    resources: dict[str, Any] = {"limits": limits}
+    if requests is not None:
+        resources["requests"] = requests
+    return {"name": name, "image": image, "resources": resources}
+
+
+def pod(name: str, namespace: str, *containers: Object, labels: dict[str, str] | None = None, **spec: Any) -> Object:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"containers": list(containers) or [gpu_container()], **spec},
+    }
+
+
+def template_of(p: Object) -> Object:
+    return {"metadata": {"labels": {"app": p["metadata"]["name"]}}, "spec": copy.deepcopy(p["spec"])}
+
+
+def deployment(name: str, namespace: str, *containers: Object) -> Object:
+    template = template_of(pod(name, namespace, *containers))
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def job(name: str, namespace: str, *containers: Object) -> Object:
+    template = template_of(pod(name, namespace, *containers))
+    template["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"template": template}}
+
+
+def cronjob(name: str, namespace: str, *containers: Object) -> Object:
+    spec = job(name, namespace, *containers)["spec"]
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": spec}}}
+
+
+def gpu_node(name: str, driver: str, product: str = "NVIDIA-A100-SXM4-80GB", gpus: int = 8,
+             extra_labels: dict[str, str] | None = None) -> Object:
+    """A GPU node as the kubelet registers it, with GPU Feature Discovery's labels and the GPU taint."""
+    major, minor, rev = (driver.split(".") + ["", ""])[:3]
+    labels = {
+        "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(gpus), "nvidia.com/cuda.driver-version.full": driver,
+        "nvidia.com/cuda.driver-version.major": major, "nvidia.com/cuda.driver-version.minor": minor,
+        "nvidia.com/cuda.driver-version.revision": rev, **(extra_labels or {}),
+    }
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1Ti", "pods": "110"},
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1Ti", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                            "message": "registering"}],
+        },
+    }
+
+
+def register_node(admin: Kube, admission: Admission, node: Object, *, ready: bool) -> Object:
+    """Create ``node``; with ``ready``, do what the node lifecycle controller does when the kubelet reports Ready."""
+    stored = admin.create(node)
+    assert any(t["key"] == "node.kubernetes.io/not-ready" for t in stored["spec"].get("taints") or []), (
+        "kube-apiserver's TaintNodesByCondition should taint a new node not-ready"
+    )
+    if ready:
+        status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                             "message": "kubelet is posting ready status"}]}}
+        admin.patch(stored, status, content_type="application/strategic-merge-patch+json", subresource="status")
+        taints = [t for t in stored["spec"]["taints"] if t["key"] != "node.kubernetes.io/not-ready"]
+        stored = admin.patch(stored, {"spec": {"taints": taints}})
+    wait_for_view(admin, admission, "nodes", "v1", "Node")
+    return stored
+
+
+def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version: str, kind: str) -> None:
+    """Until the server's cluster view holds as many ``resource`` as the apiserver lists."""
+    want = len(admin.list(api_version, kind))
+    eventually(lambda: admission.view_count(resource) == want, what=f"the cluster view holding {want} {resource}")
