@@ -58,6 +58,7 @@ class Admission:
 
     def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path, policies: Path) -> None:
         self.apiserver, self.admin, self.folder, self.policies = apiserver, admin, folder, policies
+        folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.cert_dir = folder / "tls"  # what the Secret volume would be
         self.process: subprocess.Popen[bytes] | None = None

@@ -64,7 +64,6 @@ def admission(apiserver: ApiServer, admin: Kube, workdir: Path) -> Iterator[Admi
     shutil.copytree(POLICIES, policies)
     (policies / "e2e-quota.yaml").write_text(fixtures.QUOTA_POLICY)
     deployed = Admission(apiserver, admin, workdir / "gpu-admission", policies)
-    deployed.folder.mkdir()
     deployed.install()
     deployed.start()
     try:

@@ -1,0 +1,106 @@
+"""Each mutation of the mission, on real pods, as the real apiserver stores them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from tests.e2e import fixtures
+from tests.e2e.fixtures import gpu_container, pod
+from tests.e2e.kube import Kube, Object
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def toleration_counts(stored: Object) -> Counter[tuple[Any, ...]]:
+    return Counter((t.get("key"), t.get("operator"), t.get("value"), t.get("effect"))
+                   for t in stored["spec"].get("tolerations") or [])
+
+
+def assert_mutated_once(stored: Object, priority_class: str, priority: int) -> None:
+    """Every mutation of the shipped gpu-defaults policy, each exactly once."""
+    spec = stored["spec"]
+    counts = toleration_counts(stored)
+    assert counts[("nvidia.com/gpu", "Exists", None, "NoSchedule")] == 1, spec.get("tolerations")
+    assert max(counts.values()) == 1, f"a toleration is duplicated: {spec['tolerations']}"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["priorityClassName"] == priority_class
+    assert spec["priority"] == priority  # computed by the Priority plugin from the class we set
+    security = spec["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    shm = [v for v in spec.get("volumes") or [] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    assert len(shm) == 1, spec.get("volumes")
+    for container in spec["containers"]:
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, container["name"]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], container["name"]
+        mounts = [m for m in container.get("volumeMounts") or [] if m["mountPath"] == "/dev/shm"]
+        if "nvidia.com/gpu" in (container.get("resources") or {}).get("limits", {}):
+            assert len(mounts) == 1 and mounts[0]["name"] == shm[0]["name"], container["name"]
+    assert "gpu-admission.io/mutated" in stored["metadata"]["annotations"]
+
+
+def test_a_gpu_pod_is_stored_with_every_mutation_once(admin: Kube, namespace: str) -> None:
+    created = pod("train", namespace, gpu_container(memory="16Gi"),
+                  labels={"gpu-admission.io/workload-class": "training"})
+    stored = admin.create(created)
+    assert_mutated_once(stored, "gpu-training", 50000)
+    shm = next(v for v in stored["spec"]["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory")
+    assert shm["emptyDir"]["sizeLimit"] == "8Gi"  # half the 16Gi memory limit
+    # what is stored is what a later read returns: no second copy of anything on the way
+    assert admin.get("v1", "Pod", "train", namespace)["spec"] == stored["spec"]
+
+
+def test_mig_pods_get_node_affinity_once(admin: Kube, namespace: str) -> None:
+    stored = admin.create(pod("mig", namespace, gpu_container(gpus=None) | {
+        "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1, "memory": "4Gi"}}}))
+    terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "nvidia.com/mig.capable", "operator": "In", "values": ["true"]}]}
+    ]
+
+
+def test_a_user_affinity_term_gets_the_constraint_in_every_term(admin: Kube, namespace: str) -> None:
+    terms = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
+             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]}]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    mig = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}}
+    stored = admin.create(pod("mig2", namespace, mig, affinity=affinity))
+    stored_terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    mig_capable = {"key": "nvidia.com/mig.capable", "operator": "In", "values": ["true"]}
+    for term in stored_terms["nodeSelectorTerms"]:
+        assert term["matchExpressions"].count(mig_capable) == 1
+
+
+def test_pods_without_gpus_are_not_touched(admin: Kube, namespace: str) -> None:
+    plain = pod("web", namespace, {"name": "web", "image": "nginx", "resources": {"limits": {"memory": "1Gi"}}})
+    stored = admin.create(plain)
+    assert "runtimeClassName" not in stored["spec"] or stored["spec"]["runtimeClassName"] is None
+    assert "gpu-admission.io/mutated" not in (stored["metadata"].get("annotations") or {})
+
+
+def test_each_workload_class_gets_its_priority_over_a_global_default(admin: Kube, namespace: str) -> None:
+    default = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+               "metadata": {"name": "e2e-everyone"}, "value": 1000, "globalDefault": True}
+    admin.create(default)
+    try:
+        plain = admin.create(pod("plain", namespace, {"name": "c", "image": "x"}))
+        assert plain["spec"]["priorityClassName"] == "e2e-everyone"  # the Priority plugin at work
+        for workload_class, (name, value) in {
+            "training": ("gpu-training", 50000), "inference": ("gpu-inference", 100000),
+            "notebook": ("gpu-notebook", 30000), "batch": ("gpu-batch", 10000),
+        }.items():
+            labels = {"gpu-admission.io/workload-class": workload_class}
+            stored = _create_when_known(admin, pod(workload_class, namespace, gpu_container(), labels=labels))
+            assert_mutated_once(stored, name, value)
+    finally:
+        admin.delete(default)
+
+
+def _create_when_known(admin: Kube, obj: Object) -> Object:
+    """Create ``obj``; while the server's view has not seen the new default class yet, try again."""
+    def attempt() -> Object | None:
+        stored = admin.create(obj, dry_run="All")
+        return stored if stored["spec"]["priorityClassName"] != "e2e-everyone" else None
+    fixtures.eventually(attempt, what="the server seeing the globalDefault PriorityClass")
+    return admin.create(obj)
