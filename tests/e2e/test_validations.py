@@ -1,0 +1,99 @@
+"""GPU specs that would never run, refused through the apiserver in pods, workloads and custom resources."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.fixtures import cronjob, deployment, gpu_container, job, pod
+from tests.e2e.kube import Kube, Object, Refused, eventually
+
+DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
+
+#: (case, container): each is a GPU spec no node can run
+BROKEN: dict[str, Object] = {
+    "fractional": gpu_container(gpus="0.5"),
+    "requests-only": gpu_container(gpus=None, requests={"nvidia.com/gpu": 1}),
+    "request-not-limit": gpu_container(gpus=2, requests={"nvidia.com/gpu": 1}),
+    "invalid-mig-profile": {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-9g.99gb": 1}}},
+}
+
+BUILDERS: dict[str, Callable[[str, str, Object], Object]] = {
+    "Pod": lambda name, ns, c: pod(name, ns, c),
+    "Deployment": deployment,
+    "Job": job,
+    "CronJob": cronjob,
+}
+
+#: what kube-apiserver itself refuses in pods and in the templates of its own workload kinds,
+#: before validating webhooks are called (pkg/apis/core/validation)
+APISERVER_REFUSES = {"fractional": "must be an integer", "requests-only": "Limit must be set",
+                     "request-not-limit": "must be equal to nvidia.com/gpu limit"}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_broken_gpu_specs_are_refused_in_builtin_kinds(admin: Kube, namespace: str, kind: str, case: str) -> None:
+    obj = BUILDERS[kind](case, namespace, BROKEN[case])
+    with pytest.raises(Refused) as refused:
+        admin.create(obj)
+    message = refused.value.message
+    if case in APISERVER_REFUSES:
+        assert APISERVER_REFUSES[case] in message
+    else:
+        assert DENIED in message and "mig-9g.99gb" in message, message
+    assert admin.list(obj["apiVersion"], kind, namespace) == []
+
+
+PYTORCHJOB_CRD: Object = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org", "scope": "Namespaced",
+        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob", "listKind": "PyTorchJobList"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pytorchjobs(admin: Kube) -> Iterator[None]:
+    admin.ensure(PYTORCHJOB_CRD)
+
+    def established() -> bool:
+        crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "pytorchjobs.kubeflow.org")
+        conditions = crd.get("status", {}).get("conditions") or []
+        if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return False
+        admin.dynamic.resources.invalidate_cache()
+        return bool(admin.dynamic.resources.search(group="kubeflow.org", kind="PyTorchJob"))
+
+    eventually(established, what="the PyTorchJob CRD being served")
+    yield
+
+
+def pytorchjob(name: str, namespace: str, container: Object) -> Object:
+    def replica(count: int) -> dict[str, Any]:
+        return {"replicas": count, "restartPolicy": "OnFailure",
+                "template": {"spec": {"containers": [container | {"name": "pytorch"}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(3)}}}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_gpu_specs_in_a_custom_resource_are_refused_with_our_message(
+    admin: Kube, namespace: str, pytorchjobs: None, case: str
+) -> None:
+    with pytest.raises(Refused) as refused:
+        admin.create(pytorchjob(case, namespace, BROKEN[case]))
+    message = refused.value.message
+    assert DENIED in message, message
+    assert "PyTorchJob" in message and "pytorchReplicaSpecs" in message, message
+
+
+def test_a_sound_custom_resource_is_stored(admin: Kube, namespace: str, pytorchjobs: None) -> None:
+    stored = admin.create(pytorchjob("sound", namespace, gpu_container(gpus=2)))
+    assert stored["metadata"]["name"] == "sound"
