@@ -4,7 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine certs clean
+# e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
+K8S    ?=
+
+.PHONY: serve test e2e lint bench bench-engine certs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +30,9 @@ serve: $(STAMP) certs/tls.crt
 test: $(STAMP)
 	$(BIN)/python -m pytest
 	$(BIN)/python -m mypy
+
+e2e: $(STAMP)
+	GPU_ADMISSION_E2E_K8S=$(K8S) $(BIN)/python -m pytest tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/python -m mypy

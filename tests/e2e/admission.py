@@ -108,7 +108,8 @@ class Admission:
     def _server_kubeconfig(self) -> None:
         request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=86400))
         token = self.admin.core.create_namespaced_service_account_token(SERVICE_ACCOUNT, NAMESPACE, request)
-        self.apiserver.kubeconfig(self.folder / "server.kubeconfig", token.status.token)
+        assert token.status is not None
+        self.apiserver.kubeconfig(self.folder / "server.kubeconfig", str(token.status.token))
 
     # -- the server process
 

@@ -6,14 +6,16 @@ import pytest
 
 from tests.e2e.admission import Admission
 from tests.e2e.fixtures import QUOTA_LABEL, gpu_container, pod, wait_for_view
-from tests.e2e.kube import Kube, Refused
+from tests.e2e.kube import Kube, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
 
 
 def _store(admin: Kube, admission: Admission, namespace: str, name: str) -> None:
+    # the view holds GPU pods only: wait for it to hold one more
+    before = admission.view_count("pods")
     admin.create(pod(name, namespace, gpu_container()))
-    wait_for_view(admin, admission, "pods", "v1", "Pod")
+    eventually(lambda: admission.view_count("pods") == before + 1, what=f"the cluster view holding pod {name}")
 
 
 @pytest.mark.parametrize("namespace", [{QUOTA_LABEL: "on"}], indirect=True)

@@ -50,7 +50,7 @@ def test_a_sidecar_injector_after_us_reinvokes_us_and_nothing_is_duplicated(
                            for c in admin.create(probe, dry_run="All")["spec"]["containers"]),
                what="the apiserver calling the injector")
     stored = admin.create(pod("train", namespace, gpu_container(), labels=labels))
-    _assert_reinvoked(stored, sidecar_injector.SIDECAR["name"])
+    _assert_reinvoked(stored, str(sidecar_injector.SIDECAR["name"]))
 
 
 def _map_version(admin: Kube) -> str | None:
