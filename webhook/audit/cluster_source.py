@@ -1,0 +1,116 @@
+"""``--cluster``: the live cluster as the view, and its running workloads as the objects to audit.
+
+The view is listed once, page by page, and slimmed as the server's index
+slims it. Without manifests, the workloads in the namespaces the webhooks
+reach (opted in with the label below, never the control plane's) are each
+judged as if created now: what would the policies say if this went through
+admission today? An object a controller of an audited kind owns (the pods
+of a Deployment's ReplicaSet, the ReplicaSet itself) is judged through its
+owner, once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from webhook.audit.inputs import Document
+from webhook.cluster import kinds, listing, load_api_client, pods
+from webhook.errors import ClusterError
+from webhook.policy.loader import PolicySet
+from webhook.policy.view import RESOURCES, SnapshotView
+
+#: the namespaceSelector of deploy/base/*webhook.yaml
+OPT_IN_LABEL = "gpu-admission.io/enabled"
+NEVER_REACHED = frozenset({"kube-system", "kube-public", "kube-node-lease", "gpu-admission"})
+_SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "selfLink")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What was listed: the view, and the namespaces with their labels."""
+
+    api_client: client.ApiClient
+    view: SnapshotView
+    namespaces: dict[str, dict[str, str]]
+
+
+def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> client.ApiClient:
+    try:
+        api_client = load_api_client(kubeconfig, context, True if in_cluster else None)
+    except Exception as exc:  # ClusterConfigError and what the kubeconfig loader lets through
+        raise ClusterError(str(exc)) from exc
+    if api_client is None:
+        raise ClusterError("no cluster: pass --kubeconfig, set KUBECONFIG, or run in a pod (--in-cluster)")
+    return api_client
+
+
+def fetch(api_client: client.ApiClient, page_size: int = listing.PAGE_SIZE) -> Cluster:
+    """List every resource the policies read and build the view from it."""
+    objects: list[dict[str, Any]] = []
+    namespaces: dict[str, dict[str, str]] = {}
+    for resource in RESOURCES:
+        kind = kinds.KINDS[resource]
+        shape = kinds.shaper(kind, pods.is_gpu_resource)
+        for obj in listing.list_all(kind.lister(api_client), resource, page_size):
+            if resource == "namespaces":
+                meta = obj.get("metadata") or {}
+                namespaces[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+            shaped = shape(obj)
+            if shaped is not None:
+                objects.append(shaped)
+    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), namespaces)
+
+
+def audited_namespaces(cluster: Cluster, all_namespaces: bool) -> set[str]:
+    if all_namespaces:
+        return set(cluster.namespaces)
+    return {
+        name for name, labels in cluster.namespaces.items()
+        if labels.get(OPT_IN_LABEL) == "true" and name not in NEVER_REACHED
+    }  # fmt: skip
+
+
+def workloads(
+    cluster: Cluster, policies: PolicySet, namespaces: set[str], notes: list[str], page_size: int = listing.PAGE_SIZE
+) -> Iterator[Document]:
+    """The objects of every workload kind the policies know, in ``namespaces``, cleaned of server fields."""
+    counters: dict[str, int] = {}
+    for group, kind in sorted(policies.kinds):
+        lister = listing.workload_lister(cluster.api_client, group, kind)
+        if lister is None:
+            notes.append(f"{group + '/' if group else ''}{kind}: not served by this cluster, not audited")
+            continue
+        for obj in listing.list_all(lister, f"{kind} objects", page_size):
+            meta = obj.get("metadata") or {}
+            namespace = str(meta.get("namespace") or "")
+            if namespace not in namespaces or _owned_by_audited(meta, policies):
+                continue
+            counters[namespace] = counters.get(namespace, 0) + 1
+            yield Document(f"cluster:{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")
+
+
+def _owned_by_audited(meta: dict[str, Any], policies: PolicySet) -> bool:
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            if (group, ref.get("kind")) in policies.kinds:
+                return True
+    return False
+
+
+def _as_new(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as a client would send it: no status, no server-set metadata."""
+    clean = {k: v for k, v in obj.items() if k != "status"}
+    meta = copy.copy(obj.get("metadata") or {})
+    for name in _SERVER_FIELDS:
+        meta.pop(name, None)
+    annotations = meta.get("annotations")
+    if annotations and pods.LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != pods.LAST_APPLIED}
+    clean["metadata"] = meta
+    return clean
