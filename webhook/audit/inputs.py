@@ -102,8 +102,11 @@ def parse(source: SourceFile, text: str) -> Iterator[Document | Problem]:
     if _looks_like_json(source.path, text):
         try:
             value = json.loads(text)
-        except ValueError:
-            pass  # not JSON after all (a YAML flow mapping, or broken): YAML says which line
+        except json.JSONDecodeError as exc:
+            if source.path.endswith(".json"):
+                yield Problem(name, 1, 1, f"invalid JSON at line {exc.lineno}: {exc.msg}")
+                return
+            # not JSON after all (a YAML flow mapping, or broken): YAML says which line
         else:
             yield from _objects(name, source.relative, 1, 1, value)
             return

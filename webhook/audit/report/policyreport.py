@@ -1,7 +1,8 @@
 """``-o policyreport``: ``wgpolicyk8s.io/v1alpha2`` reports, as Kyverno writes them.
 
 One ``PolicyReport`` per namespace and one ``ClusterPolicyReport`` for
-cluster-scoped objects and for documents that could not be read, in a
+cluster-scoped objects, objects whose namespace is no valid name (a
+template left-over) and documents that could not be read, in a
 ``v1/List`` that ``kubectl apply -f`` and Policy Reporter take as it is.
 Each result names one policy rule on one resource: ``fail`` for an enforce
 or audit finding (Kyverno records audit-mode violations as ``fail``),
@@ -12,6 +13,7 @@ document that is not a Kubernetes object.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -23,6 +25,7 @@ from webhook.audit.report.run import TOOL, Report
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-admission-audit"
 _SEVERITY = {"enforce": "high", "warn": "medium", "audit": "low"}
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _STATUSES = ("pass", "fail", "warn", "error", "skip")
 
 
@@ -34,6 +37,8 @@ def document(report: Report) -> dict[str, Any]:
     by_namespace: dict[str, list[dict[str, Any]]] = {}
     for result in report.results:
         namespace = result.request.namespace
+        if not _NAMESPACE.match(namespace):
+            namespace = ""  # not a namespace a report can live in (a template left-over): the cluster report
         entries = by_namespace.setdefault(namespace, [])
         entries.extend(_entry(report, result, o) for o in report.outcomes(result))
     cluster_entries = by_namespace.pop("", [])
