@@ -107,7 +107,8 @@ def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[
         for item in documents:
             if isinstance(item, Problem):
                 report.problems.append(item)
-                files.setdefault(_relative_of_problem(item), []).append(item)
+                if args.write_mutated:
+                    files.setdefault(item.relative, []).append(item)
                 continue
             result = judge(policies, view, item, namespace=args.namespace)
             if result is None:
@@ -152,10 +153,6 @@ def _sources(
         view = snapshot.load(args.cluster_state, args.complete)
     files = inputs.find_files(args.paths)
     return view, inputs.stream(files, stdin), len(files)
-
-
-def _relative_of_problem(problem: Problem) -> str:
-    return "stdin.yaml" if problem.source == inputs.STDIN_NAME else Path(problem.source).name
 
 
 def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:

@@ -55,6 +55,7 @@ class Problem:
     index: int
     line: int
     message: str
+    relative: str = ""  # as for Document
 
     def text(self) -> str:
         where = f", line {self.line}" if self.line else ""
@@ -104,7 +105,7 @@ def parse(source: SourceFile, text: str) -> Iterator[Document | Problem]:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             if source.path.endswith(".json"):
-                yield Problem(name, 1, 1, f"invalid JSON at line {exc.lineno}: {exc.msg}")
+                yield Problem(name, 1, 1, f"invalid JSON at line {exc.lineno}: {exc.msg}", source.relative)
                 return
             # not JSON after all (a YAML flow mapping, or broken): YAML says which line
         else:
@@ -114,7 +115,7 @@ def parse(source: SourceFile, text: str) -> Iterator[Document | Problem]:
         try:
             values = list(yaml.load_all(chunk, Loader=YAML_LOADER))
         except yaml.YAMLError as exc:
-            yield Problem(name, index, line, _yaml_error(exc, start))
+            yield Problem(name, index, line, _yaml_error(exc, start), source.relative)
             continue
         for value in values:
             yield from _objects(name, source.relative, index, line, value)
@@ -150,7 +151,7 @@ def _objects(source: str, relative: str, index: int, line: int, value: Any) -> I
     if value is None:
         return
     if not isinstance(value, dict) or not value.get("kind") or not value.get("apiVersion"):
-        yield Problem(source, index, line, "not a Kubernetes object (no apiVersion and kind)")
+        yield Problem(source, index, line, "not a Kubernetes object (no apiVersion and kind)", relative)
         return
     items = value.get("items")
     if str(value["kind"]).endswith("List") and isinstance(items, list):
@@ -162,7 +163,7 @@ def _objects(source: str, relative: str, index: int, line: int, value: Any) -> I
             if isinstance(item, dict) and item.get("kind") and item.get("apiVersion"):
                 yield Document(source, index, line, item, position, relative)
             else:
-                yield Problem(source, index, line, f"items[{position}] is not a Kubernetes object")
+                yield Problem(source, index, line, f"items[{position}] is not a Kubernetes object", relative)
         return
     yield Document(source, index, line, value, None, relative)
 
