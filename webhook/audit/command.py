@@ -96,13 +96,13 @@ def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[
     _check_usage(args)
     policies = loader.load_directory(args.policies)
     notes: list[str] = []
-    view, documents, total = _sources(args, policies, stdin, notes)
+    progress = Progress(stderr, 0, enabled=stderr.isatty())
+    view, documents = _sources(args, policies, stdin, notes, progress)
     report = Report(
         policies, view, fail_on=args.fail_on, timestamp=int(time.time()),
         colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
     )  # fmt: skip
     files: dict[str, list[mutated.Entry]] = {}
-    progress = Progress(stderr, total, enabled=stderr.isatty())
     try:
         for item in documents:
             if isinstance(item, Problem):
@@ -136,9 +136,9 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 
 def _sources(
-    args: argparse.Namespace, policies: loader.PolicySet, stdin: IO[str], notes: list[str]
-) -> tuple[ClusterView, Iterator[Document | Problem], int]:
-    """The view, the documents to audit, and how many files they come from (0: not files)."""
+    args: argparse.Namespace, policies: loader.PolicySet, stdin: IO[str], notes: list[str], progress: Progress
+) -> tuple[ClusterView, Iterator[Document | Problem]]:
+    """The view, and the documents to audit."""
     if args.cluster:
         from webhook.audit import cluster_source
 
@@ -147,12 +147,13 @@ def _sources(
         )
         if not args.paths:
             namespaces = cluster_source.audited_namespaces(cluster, args.all_namespaces)
-            return cluster.view, cluster_source.workloads(cluster, policies, namespaces, notes, args.page_size), 0
+            return cluster.view, cluster_source.workloads(cluster, policies, namespaces, notes, args.page_size)
         view: ClusterView = cluster.view
     else:
         view = snapshot.load(args.cluster_state, args.complete)
     files = inputs.find_files(args.paths)
-    return view, inputs.stream(files, stdin), len(files)
+    progress.total = len(files)
+    return view, inputs.stream(files, stdin, progress.file_done)
 
 
 def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:

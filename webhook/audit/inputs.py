@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -176,8 +176,12 @@ def _yaml_error(exc: yaml.YAMLError, chunk_line: int) -> str:
     return f"invalid YAML at line {chunk_line + mark.line}: {problem}"
 
 
-def stream(files: Iterable[SourceFile], stdin: IO[str] | None = None) -> Iterator[Document | Problem]:
-    """Objects and problems of every file, in order."""
+def stream(
+    files: Iterable[SourceFile], stdin: IO[str] | None = None, file_done: Callable[[], None] | None = None
+) -> Iterator[Document | Problem]:
+    """Objects and problems of every file, in order; ``file_done`` is called after each file."""
     for source in files:
         yield from parse(source, read_text(source, stdin))
+        if file_done is not None:
+            file_done()
 

@@ -17,12 +17,15 @@ WIDTH = 30
 
 
 class Progress:
-    """Counts files and objects; draws ``[=====>     ] 120/400 files, 3,210 objects``."""
+    """Counts files and objects; draws ``[=====>     ] 120/400 files, 3,210 objects``.
 
-    def __init__(self, stream: IO[str], total_files: int, *, enabled: bool,
+    ``total`` is the number of files (0: not files, e.g. a cluster's workloads).
+    """
+
+    def __init__(self, stream: IO[str], total_files: int = 0, *, enabled: bool,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self._stream = stream
-        self._total = total_files
+        self.total = total_files
         self._enabled = enabled
         self._clock = clock
         self._start = clock()
@@ -52,12 +55,12 @@ class Progress:
         self._drawn = True
 
     def line(self) -> str:
-        if not self._total:
+        if not self.total:
             return f"{self.objects:,} objects"
-        done = min(self.files, self._total)
-        filled = WIDTH * done // self._total if self._total else WIDTH
+        done = min(self.files, self.total)
+        filled = WIDTH * done // self.total if self.total else WIDTH
         bar = "=" * filled + (">" if filled < WIDTH else "") + " " * max(WIDTH - filled - 1, 0)
-        return f"[{bar}] {done}/{self._total} files, {self.objects:,} objects"
+        return f"[{bar}] {done}/{self.total} files, {self.objects:,} objects"
 
     def close(self) -> None:
         """Clear the line, so the report starts on a clean one."""
