@@ -1,22 +1,22 @@
 """``-o json``: the report as one JSON document, schema version 1.
 
 The schema is docs/audit-report.schema.json; fields are only ever added
-within a version, so readers can rely on what is there.
+within a version, so readers can rely on what is there. Each result and
+error is written on one line.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from webhook.audit.judge import Result
-from webhook.audit.report.run import Report
+from webhook.audit.report.run import Report, dump_json
 
 VERSION = 1
 
 
 def render(report: Report) -> str:
-    return json.dumps(document(report), indent=2) + "\n"
+    return dump_json(document(report), expand=2) + "\n"
 
 
 def document(report: Report) -> dict[str, Any]:

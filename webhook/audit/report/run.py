@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,3 +55,20 @@ class Report:
             for finding in result.findings:
                 counts.setdefault(f"{finding.policy}/{finding.rule}", Counter())[finding.mode] += 1
         return counts
+
+
+def dump_json(value: object, expand: int, _depth: int = 0) -> str:
+    """JSON with objects and arrays indented down to ``expand`` levels, and each deeper value on one line.
+
+    A fleet-sized report has hundreds of thousands of small objects: indenting
+    them all triples the output and takes the pure-Python encoder, while one
+    line per result stays readable and greppable and uses the C encoder.
+    """
+    if _depth >= expand or not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, separators=(", ", ": "))
+    inner = "  " * (_depth + 1)
+    if isinstance(value, dict):
+        parts = [f"{inner}{json.dumps(k)}: {dump_json(v, expand, _depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(parts) + "\n" + "  " * _depth + "}"
+    parts = [inner + dump_json(v, expand, _depth + 1) for v in value]
+    return "[\n" + ",\n".join(parts) + "\n" + "  " * _depth + "]"

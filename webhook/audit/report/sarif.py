@@ -9,14 +9,13 @@ object when there is no file: stdin, the live cluster).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from webhook import __version__
 from webhook.audit.inputs import STDIN_NAME, Document
-from webhook.audit.report.run import TOOL, Report
+from webhook.audit.report.run import TOOL, Report, dump_json
 from webhook.policy import engine
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -25,7 +24,7 @@ _LEVEL = {"enforce": "error", "warn": "warning", "audit": "note"}
 
 
 def render(report: Report) -> str:
-    return json.dumps(document(report), indent=2) + "\n"
+    return dump_json(document(report), expand=4) + "\n"
 
 
 def document(report: Report) -> dict[str, Any]:
