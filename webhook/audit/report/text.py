@@ -50,14 +50,18 @@ def _block(result: Result, paint: Callable[[str], str]) -> list[str]:
 def _totals(report: Report) -> str:
     verdicts = report.verdicts
     parts = [
-        f"{len(report.results)} objects: {verdicts['deny']} denied, {verdicts['warn']} warned, "
+        f"{_plural(len(report.results), 'object')}: {verdicts['deny']} denied, {verdicts['warn']} warned, "
         f"{verdicts['mutate']} mutated, {verdicts['pass']} passed"
     ]
     if report.problems:
-        parts.append(f"{len(report.problems)} document(s) could not be audited")
+        parts.append(f"{_plural(len(report.problems), 'document')} could not be audited")
     if report.ignored:
-        parts.append(f"{report.ignored} object(s) of kinds the policies do not cover")
+        parts.append(f"{_plural(report.ignored, 'object')} of kinds the policies do not cover")
     return "; ".join(parts)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _painter(colour: bool) -> Callable[[str], str]:
