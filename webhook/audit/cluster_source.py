@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from webhook.audit.inputs import Document
-from webhook.cluster import kinds, listing, load_api_client, pods
+from webhook.cluster import ClusterConfigError, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
 from webhook.policy.view import RESOURCES, SnapshotView
@@ -42,7 +42,7 @@ class Cluster:
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> client.ApiClient:
     try:
         api_client = load_api_client(kubeconfig, context, True if in_cluster else None)
-    except Exception as exc:  # ClusterConfigError and what the kubeconfig loader lets through
+    except ClusterConfigError as exc:
         raise ClusterError(str(exc)) from exc
     if api_client is None:
         raise ClusterError("no cluster: pass --kubeconfig, set KUBECONFIG, or run in a pod (--in-cluster)")

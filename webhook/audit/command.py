@@ -62,8 +62,8 @@ def _cluster_options(g: argparse._ArgumentGroup) -> None:
 
 
 def _output_options(g: argparse._ArgumentGroup) -> None:
-    g.add_argument("-o", "--output", "--format", dest="output", choices=sorted(FORMATS), default="text",
-                   help="report format (default: text)")
+    g.add_argument("-o", "--output", "--format", dest="output", choices=list(FORMATS), default="text",
+                   metavar="FORMAT", help=f"report format: {', '.join(FORMATS)} (default: text)")
     g.add_argument("--fail-on", choices=["deny", "warn"], default="deny",
                    help="exit 1 on denials (default) or on warnings too")
     g.add_argument("--diff", action="store_true",
