@@ -103,6 +103,6 @@ def test_stdin_in_a_real_process() -> None:
 
 
 def test_namespace_fills_in_objects_that_name_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path / "p.yaml", GPU_POD.replace(", namespace: ml-a", ""))
+    path = write(tmp_path / "p.yaml", GPU_POD.replace(", namespace: ml-a", "") + "---\n" + SHARED_POD)
     _, out, _ = audit(capsys, "-o", "json", "--namespace", "team-x", str(path))
-    assert json.loads(out)["results"][0]["namespace"] == "team-x"
+    assert [r["namespace"] for r in json.loads(out)["results"]] == ["team-x", "ml-a"]

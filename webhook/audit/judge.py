@@ -64,8 +64,14 @@ class Result:
 
 
 def judge(policies: loader.PolicySet, view: ClusterView, document: Document, namespace: str | None = None) -> Result | None:
-    """Mutate then validate one object; None when it is no workload kind the policies know."""
+    """Mutate then validate one object; None when it is no workload kind the policies know.
+
+    ``namespace`` is for an object that names none.
+    """
     obj = document.obj
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("namespace"):
+        namespace = None  # the object's own namespace wins, as with kubectl apply -n
     request = Request.for_object(obj, namespace=namespace)
     if (request.group, request.kind) not in policies.kinds:
         return None
