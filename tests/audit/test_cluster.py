@@ -78,11 +78,15 @@ def test_running_workloads_of_opted_in_namespaces_judged_as_if_created_now(
     owned = yaml.safe_load(TOO_NEW_POD) | {"metadata": {"name": "too-new-abc", "namespace": opted_in[0], "ownerReferences": [
         {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "too-new-5d", "uid": "u1", "controller": True}]}}
     api.add(owned)
+    api.add(yaml.safe_load(TOO_NEW_POD) | {"metadata": {"name": "bare", "namespace": opted_in[0]}})
     code, out, err = audit(capsys, "-o", "json", "--cluster", "--kubeconfig", str(kubeconfig), "--page-size", "1")
     results = json.loads(out)["results"]
     audited = {(r["kind"], r["namespace"], r["name"]) for r in results}
-    assert ("Deployment", opted_in[0], "too-new") in audited
+    assert {("Deployment", opted_in[0], "too-new"), ("Pod", opted_in[0], "bare")} <= audited
     assert not any(name in ("elsewhere", "too-new-abc") for _, _, name in audited)
+    # pods are listed once, page by page: the view and the audit share that list
+    pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch]
+    assert len(pod_lists) > 2 and sum("continue" not in r.query for r in pod_lists) == 1
     denied = next(r for r in results if r["name"] == "too-new")
     assert code == 1 and denied["verdict"] == "deny" and denied["source"] == f"cluster:{opted_in[0]}"
     assert not any(p["path"].startswith("/status") for p in denied["patch"])

@@ -12,7 +12,7 @@ owner, once.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +32,14 @@ _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "creationTim
 
 @dataclass(frozen=True)
 class Cluster:
-    """What was listed: the view, and the namespaces with their labels."""
+    """What was listed: the view, and what running workloads need."""
 
     api_client: client.ApiClient
     view: SnapshotView
-    namespaces: dict[str, dict[str, str]]
+    #: the namespaces whose running workloads are audited
+    audited: set[str]
+    #: their pods, as listed (with ``keep_pods``)
+    pods: list[dict[str, Any]]
 
 
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> client.ApiClient:
@@ -49,46 +52,61 @@ def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> cl
     return api_client
 
 
-def fetch(api_client: client.ApiClient, page_size: int = listing.PAGE_SIZE) -> Cluster:
-    """List every resource the policies read and build the view from it."""
+def fetch(api_client: client.ApiClient, page_size: int = listing.PAGE_SIZE, *, all_namespaces: bool = False,
+          keep_pods: bool = False) -> Cluster:  # fmt: skip
+    """List every resource the policies read and build the view from it.
+
+    With ``keep_pods``, the pods of the audited namespaces are kept whole as
+    they stream past (namespaces are listed before pods), so that auditing
+    running workloads does not list every pod of the cluster a second time.
+    """
     objects: list[dict[str, Any]] = []
-    namespaces: dict[str, dict[str, str]] = {}
+    labels: dict[str, dict[str, str]] = {}
+    audited: set[str] = set()
+    kept: list[dict[str, Any]] = []
     for resource in RESOURCES:
         kind = kinds.KINDS[resource]
         shape = kinds.shaper(kind, pods.is_gpu_resource)
+        if resource == "pods":
+            audited = _audited(labels, all_namespaces)
         for obj in listing.list_all(kind.lister(api_client), resource, page_size):
+            meta = obj.get("metadata") or {}
             if resource == "namespaces":
-                meta = obj.get("metadata") or {}
-                namespaces[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+                labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+            elif keep_pods and resource == "pods" and meta.get("namespace") in audited:
+                kept.append(obj)  # the shaper below builds a new dict and leaves this one whole
             shaped = shape(obj)
             if shaped is not None:
                 objects.append(shaped)
-    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), namespaces)
+    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), audited, kept)
 
 
-def audited_namespaces(cluster: Cluster, all_namespaces: bool) -> set[str]:
+def _audited(labels: dict[str, dict[str, str]], all_namespaces: bool) -> set[str]:
+    """The namespaces whose workloads are audited: the webhooks' opted-in ones, or all."""
     if all_namespaces:
-        return set(cluster.namespaces)
+        return set(labels)
     return {
-        name for name, labels in cluster.namespaces.items()
-        if labels.get(OPT_IN_LABEL) == "true" and name not in NEVER_REACHED
+        name for name, values in labels.items()
+        if values.get(OPT_IN_LABEL) == "true" and name not in NEVER_REACHED
     }  # fmt: skip
 
 
-def workloads(
-    cluster: Cluster, policies: PolicySet, namespaces: set[str], notes: list[str], page_size: int = listing.PAGE_SIZE
-) -> Iterator[Document]:
-    """The objects of every workload kind the policies know, in ``namespaces``, cleaned of server fields."""
+def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size: int = listing.PAGE_SIZE) -> Iterator[Document]:
+    """The objects of every workload kind the policies know, in the audited namespaces, cleaned of server fields."""
     counters: dict[str, int] = {}
     for group, kind in sorted(policies.kinds):
-        lister = listing.workload_lister(cluster.api_client, group, kind)
-        if lister is None:
-            notes.append(f"{group + '/' if group else ''}{kind}: not served by this cluster, not audited")
-            continue
-        for obj in listing.list_all(lister, f"{kind} objects", page_size):
+        if (group, kind) == ("", "Pod"):
+            listed: Iterable[dict[str, Any]] = cluster.pods
+        else:
+            lister = listing.workload_lister(cluster.api_client, group, kind)
+            if lister is None:
+                notes.append(f"{group + '/' if group else ''}{kind}: not served by this cluster, not audited")
+                continue
+            listed = listing.list_all(lister, f"{kind} objects", page_size)
+        for obj in listed:
             meta = obj.get("metadata") or {}
             namespace = str(meta.get("namespace") or "")
-            if namespace not in namespaces or _owned_by_audited(meta, policies):
+            if namespace not in cluster.audited or _owned_by_audited(meta, policies):
                 continue
             counters[namespace] = counters.get(namespace, 0) + 1
             yield Document(f"cluster:{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")

@@ -142,12 +142,12 @@ def _sources(
     if args.cluster:
         from webhook.audit import cluster_source
 
+        api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            cluster_source.connect(args.kubeconfig, args.context, args.in_cluster), args.page_size
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths
         )
         if not args.paths:
-            namespaces = cluster_source.audited_namespaces(cluster, args.all_namespaces)
-            return cluster.view, cluster_source.workloads(cluster, policies, namespaces, notes, args.page_size)
+            return cluster.view, cluster_source.workloads(cluster, policies, notes, args.page_size)
         view: ClusterView = cluster.view
     else:
         view = snapshot.load(args.cluster_state, args.complete)
