@@ -107,6 +107,9 @@ def test_an_unreachable_or_failing_cluster_is_one_line(api: FakeApiServer, kubec
     assert (code, out) == (1, "") and err.startswith("error: listing nodes: HTTP 403: ") and err.count("\n") == 1
     code, _, err = audit(capsys, "--cluster", "--kubeconfig", str(tmp_path / "missing"))
     assert code == 1 and err.startswith("error: kubeconfig not found")
+    nowhere = write(tmp_path / "nowhere", kubeconfig.read_text().replace(api.url, "http://127.0.0.1:9"))
+    code, _, err = audit(capsys, "--cluster", "--kubeconfig", str(nowhere))
+    assert code == 1 and err.startswith("error: listing nodes: cannot reach the API server") and err.count("\n") == 1
 
 
 def test_the_opt_in_label_is_the_webhooks_namespace_selector() -> None:
