@@ -106,9 +106,12 @@ def outcomes(policies: loader.PolicySet, view: ClusterView, result: Result) -> I
     """
     request = result.request
     labels = engine.namespace_labels(view, request.namespace)
-    found: dict[tuple[str, str], list[Finding]] = {}
-    for finding in result.findings:
-        found.setdefault((finding.policy, finding.rule), []).append(finding)
+    found: dict[tuple[str, str], list[tuple[Phase, Finding]]] = {}
+    phases: tuple[tuple[Phase, tuple[Finding, ...]], ...] = (
+        ("mutate", result.mutation.findings), ("validate", result.validation.findings))
+    for where, findings in phases:
+        for finding in findings:
+            found.setdefault((finding.policy, finding.rule), []).append((where, finding))
     changed: dict[tuple[str, str], list[str]] = {}
     for change in result.mutation.changes:
         changed.setdefault((change.policy, change.rule), []).append(change.what)
@@ -124,8 +127,8 @@ def outcomes(policies: loader.PolicySet, view: ClusterView, result: Result) -> I
             phase: Phase = "validate" if "validate" in rule.phases else "mutate"
             key = (name, rule.name)
             if key in found:
-                for f in found[key]:
-                    yield Outcome(name, rule.name, "warn" if f.mode == "warn" else "fail", f.mode, f.message, phase)
+                for found_in, f in found[key]:
+                    yield Outcome(name, rule.name, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
             elif policy.spec.match.gpuOnly and not has_gpu:
                 yield Outcome(name, rule.name, "skip", cfg.mode, "no GPU requested", phase)
             elif key in changed:
