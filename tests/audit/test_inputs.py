@@ -89,6 +89,7 @@ def test_folders_are_read_recursively_in_order(tmp_path: Path, capsys: pytest.Ca
     write(tmp_path / "b" / "deep" / "too-new.yaml", TOO_NEW_POD)
     write(tmp_path / "a.yml", GPU_POD)
     write(tmp_path / "notes.txt", "not a manifest")
+    write(tmp_path / ".github" / "workflows" / "ci.yaml", "on: push\njobs: {}\n")
     code, out, _ = audit(capsys, "-o", "json", str(tmp_path))
     sources = [Path(r["source"]).relative_to(tmp_path).as_posix() for r in json.loads(out)["results"]]
     assert code == 0 and sources == ["a.yml", "b/deep/too-new.yaml"]
@@ -106,3 +107,9 @@ def test_namespace_fills_in_objects_that_name_none(tmp_path: Path, capsys: pytes
     path = write(tmp_path / "p.yaml", GPU_POD.replace(", namespace: ml-a", "") + "---\n" + SHARED_POD)
     _, out, _ = audit(capsys, "-o", "json", "--namespace", "team-x", str(path))
     assert [r["namespace"] for r in json.loads(out)["results"]] == ["team-x", "ml-a"]
+
+
+def test_a_folder_without_manifests_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "README.md", "no manifests here")
+    code, _, err = audit(capsys, str(tmp_path))
+    assert code == 2 and err == f"error: {tmp_path}: no manifest files (*.yaml, *.yml, *.json) in it\n"

@@ -71,7 +71,8 @@ class SourceFile:
 
 
 def find_files(paths: Iterable[str]) -> list[SourceFile]:
-    """The files behind the command line's paths (folders recursively, sorted); ManifestError if one is missing."""
+    """The files behind the command line's paths (folders recursively, sorted, dot-folders and dot-files
+    skipped); ManifestError if a path is missing or a folder holds no manifest file."""
     files: list[SourceFile] = []
     for raw in paths:
         if raw == STDIN:
@@ -79,13 +80,21 @@ def find_files(paths: Iterable[str]) -> list[SourceFile]:
             continue
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+            found = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file()
+                           and not _hidden(p.relative_to(path)))  # fmt: skip
+            if not found:
+                raise ManifestError(f"{path}: no manifest files ({', '.join('*' + s for s in MANIFEST_SUFFIXES)}) in it")
             files.extend(SourceFile(str(p), str(p.relative_to(path))) for p in found)
         elif path.is_file():
             files.append(SourceFile(str(path), path.name))
         else:
             raise ManifestError(f"{path}: no such file or folder")
     return files
+
+
+def _hidden(relative: Path) -> bool:
+    """Below a folder, ``.git``, ``.github`` and other dot-folders hold no manifests (CI workflows are YAML too)."""
+    return any(part.startswith(".") for part in relative.parts)
 
 
 def read_text(source: SourceFile, stdin: IO[str] | None = None) -> str:
