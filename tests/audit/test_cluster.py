@@ -90,6 +90,11 @@ def test_running_workloads_of_opted_in_namespaces_judged_as_if_created_now(
     denied = next(r for r in results if r["name"] == "too-new")
     assert code == 1 and denied["verdict"] == "deny" and denied["source"] == f"cluster:{opted_in[0]}"
     assert not any(p["path"].startswith("/status") for p in denied["patch"])
+    # no file to point at: SARIF names the object only
+    _, out, _ = audit(capsys, "-o", "sarif", "--cluster", "--kubeconfig", str(kubeconfig))
+    locations = [r["locations"] for r in json.loads(out)["runs"][0]["results"] if r["level"] == "error"]
+    assert [{"logicalLocations": [{"fullyQualifiedName": f"Deployment {opted_in[0]}/too-new", "kind": "resource"}]}] in locations
+    assert all("physicalLocation" not in location for found in locations for location in found)
     code, out, _ = audit(capsys, "-o", "json", "--cluster", "--kubeconfig", str(kubeconfig), "--all-namespaces")
     assert ("Deployment", "default", "elsewhere") in {(r["kind"], r["namespace"], r["name"]) for r in json.loads(out)["results"]}
 

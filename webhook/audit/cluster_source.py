@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
-from webhook.audit.inputs import Document
+from webhook.audit.inputs import CLUSTER_PREFIX, Document
 from webhook.cluster import ClusterConfigError, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
@@ -109,7 +109,7 @@ def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size
             if namespace not in cluster.audited or _owned_by_audited(meta, policies):
                 continue
             counters[namespace] = counters.get(namespace, 0) + 1
-            yield Document(f"cluster:{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")
+            yield Document(f"{CLUSTER_PREFIX}{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")
 
 
 def _owned_by_audited(meta: dict[str, Any], policies: PolicySet) -> bool:

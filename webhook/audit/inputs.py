@@ -27,6 +27,8 @@ from webhook.errors import ManifestError
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
 STDIN_NAME = "<stdin>"
+#: the source of an object read from a live cluster: cluster:NAMESPACE
+CLUSTER_PREFIX = "cluster:"
 
 #: libyaml when PyYAML was built with it (the wheels are)
 YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook import __version__
-from webhook.audit.inputs import STDIN_NAME, Document
+from webhook.audit.inputs import CLUSTER_PREFIX, STDIN_NAME, Document
 from webhook.audit.report.run import TOOL, Report, dump_json
 from webhook.policy import engine
 
@@ -78,7 +78,7 @@ def _rules(report: Report) -> list[dict[str, Any]]:
 
 def _location(doc: Document, subject: str) -> dict[str, Any]:
     location: dict[str, Any] = {"logicalLocations": [{"fullyQualifiedName": subject, "kind": "resource"}]}
-    if doc.source != STDIN_NAME and not doc.source.startswith("cluster:"):
+    if doc.source != STDIN_NAME and not doc.source.startswith(CLUSTER_PREFIX):
         location["physicalLocation"] = _physical(doc.source, doc.line)
     return location
 
