@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test e2e lint bench bench-engine certs clean
+.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ lint: $(STAMP)
 
 bench bench-engine: $(STAMP)
 	$(BIN)/python bench/engine.py
+
+bench-audit: $(STAMP)
+	$(BIN)/python bench/audit.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

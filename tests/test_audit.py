@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,9 +38,12 @@ def test_the_whole_corpus_with_the_example_cluster(capsys: pytest.CaptureFixture
     assert code == 1
     assert "DENY    Job gpu-lab/multinode-training" in out
     assert "CUDA 12.6.3 (NGC 24.12) needs driver >= 560.35.05; the newest driver on the 3 node(s)" in out
-    assert "objects, " in out.splitlines()[-1]
-    # the two corpus files that are not YAML are reported, the rest audited
-    assert err.count("skipped: ") == 2 and "torchserve__gpu.yaml: document 1: invalid YAML" in err
+    assert re.match(r"\d+ objects: \d+ denied, \d+ warned, \d+ mutated, \d+ passed; 4 document", out.splitlines()[-1])
+    # the two corpus files that are not YAML and the two that are no Kubernetes object are reported,
+    # each with file, document and line; the rest is audited
+    assert out.count("ERROR   ") == 4 and "torchserve__gpu.yaml: document 1, line 1: invalid YAML at line 8" in out
+    assert "jupyterhub-values.yaml: document 1, line 1: not a Kubernetes object" in out
+    assert err == ""
 
 
 def test_a_kubectl_list_of_nodes_decides_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,8 +112,8 @@ def test_complete_marks_an_empty_listing_as_known(tmp_path: Path, capsys: pytest
 def test_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pod.yaml").write_text(NGC_POD)
     code, out, _ = audit(capsys, "--format", "json", "--cluster-state", str(CLUSTER / "nodes.yaml"), str(tmp_path / "pod.yaml"))
-    [result] = json.loads(out)
-    assert code == 1 and result["denied"] is True
+    [result] = json.loads(out)["results"]
+    assert code == 1 and result["allowed"] is False and result["verdict"] == "deny"
     assert {(f["rule"], f["mode"]) for f in result["findings"]} >= {("cudaDriver", "enforce")}
 
 
@@ -117,4 +121,4 @@ def test_a_broken_cluster_state_file_is_an_error(tmp_path: Path, capsys: pytest.
     (tmp_path / "nodes.yaml").write_text("items: [unclosed\n")
     (tmp_path / "pod.yaml").write_text(NGC_POD)
     code, _, err = audit(capsys, "--cluster-state", str(tmp_path / "nodes.yaml"), str(tmp_path / "pod.yaml"))
-    assert code == 1 and err.startswith("error: ") and "invalid YAML" in err and len(err.splitlines()) == 1
+    assert code == 2 and err.startswith("error: cluster state ") and "invalid YAML" in err and len(err.splitlines()) == 1

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import MANIFESTS, REPO, apply_patch, assert_schema_valid, shipped_policies
 from tests.test_corpus import schema_valid
-from webhook import audit
+from webhook.audit import inputs, snapshot
 from webhook.policy import engine
 from webhook.policy.request import Request
 from webhook.policy.view import EMPTY_VIEW, ClusterView
@@ -35,13 +35,13 @@ def corpus_files() -> list[Path]:
 
 
 def example_view() -> ClusterView:
-    return audit.load_cluster_state(sorted(CLUSTER.glob("*.yaml")))
+    return snapshot.load(sorted(CLUSTER.glob("*.yaml")))
 
 
 def objects_of(path: Path) -> tuple[list[Mapping[str, Any]], list[str]]:
-    problems: list[str] = []
-    objects = list(audit._objects(path.name, path.read_text(encoding="utf-8"), problems))
-    return [obj for _, obj in objects], problems
+    parsed = list(inputs.parse(inputs.SourceFile(path.name, path.name), path.read_text(encoding="utf-8")))
+    problems = [p.text() for p in parsed if isinstance(p, inputs.Problem) and "invalid YAML" in p.message]
+    return [d.obj for d in parsed if isinstance(d, inputs.Document)], problems
 
 
 @pytest.mark.parametrize("path", corpus_files(), ids=lambda p: p.name[:90])
@@ -56,10 +56,11 @@ def test_every_corpus_manifest_gets_a_decision(path: Path) -> None:
 
 def test_broken_documents_are_skipped_and_the_others_kept() -> None:
     text = "kind: Pod\nmetadata: {name: a}\n---\nkind: Pod\n  metadata: [\n---\nkind: Pod\nmetadata: {name: c}\n"
-    problems: list[str] = []
-    docs = audit.parse_documents("f.yaml", text, problems)
-    assert [d["metadata"]["name"] for d in docs] == ["a", "c"]
-    assert len(problems) == 1 and problems[0].startswith("f.yaml: document 2: invalid YAML")
+    text = text.replace("kind: Pod\n", "apiVersion: v1\nkind: Pod\n")
+    parsed = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), text))
+    assert [d.obj["metadata"]["name"] for d in parsed if isinstance(d, inputs.Document)] == ["a", "c"]
+    problems = [p.text() for p in parsed if isinstance(p, inputs.Problem)]
+    assert len(problems) == 1 and problems[0].startswith("f.yaml: document 2, line 5: invalid YAML"), problems
 
 
 def _mutate_then_validate(policies: Any, obj: Mapping[str, Any], view: ClusterView) -> None:

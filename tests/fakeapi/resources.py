@@ -41,6 +41,13 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("resourcequotas", "ResourceQuota", namespaced=True),
     ResourceType("secrets", "Secret", namespaced=True),
     ResourceType("configmaps", "ConfigMap", namespaced=True),
+    # workloads, for the audit CLI's --cluster
+    ResourceType("deployments", "Deployment", "apps", namespaced=True),
+    ResourceType("statefulsets", "StatefulSet", "apps", namespaced=True),
+    ResourceType("daemonsets", "DaemonSet", "apps", namespaced=True),
+    ResourceType("replicasets", "ReplicaSet", "apps", namespaced=True),
+    ResourceType("jobs", "Job", "batch", namespaced=True),
+    ResourceType("cronjobs", "CronJob", "batch", namespaced=True),
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io"),
     ResourceType("runtimeclasses", "RuntimeClass", "node.k8s.io"),
     ResourceType(

@@ -1,0 +1,19 @@
+"""The audit benchmark runs and prints every case with its ratio and target (no timing is asserted)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.support import REPO
+
+
+def test_bench_audit_prints_every_ratio_and_verdict() -> None:
+    done = subprocess.run([sys.executable, "bench/audit.py", "--quick", "--rounds", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    out = done.stdout
+    for target in ("load <= 3x json.loads", "audit <= 1.5x parsing", "per pod against the fleet <= 1.5x the small cluster"):
+        assert re.search(rf"^target: {re.escape(target)} -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
+    assert re.search(r"^peak RSS: load --cluster-state \d+ MB \(json.loads alone \d+ MB\); target <= 1024 MB -> (met|NOT met)$", out, re.M), out
+    assert re.search(r"^breakdown \(one run, CPU\): reading\+parsing [\d.]+ s, engine \(mutate\+validate\) [\d.]+ s, JSON report [\d.]+ s$", out, re.M), out

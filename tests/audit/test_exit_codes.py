@@ -1,0 +1,68 @@
+"""Exit codes: 0 nothing denied, 1 denials (or warnings with --fail-on warn), 2 usage, 3 unexpected."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.audit.support import CLUSTER, GPU_POD, SHARED_POD, TOO_NEW_POD, audit, audit_process, write
+from tests.support import POLICIES
+from webhook.policy import engine
+
+
+def test_0_when_nothing_is_denied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = audit(capsys, "--cluster-state", str(CLUSTER), str(write(tmp_path / "p.yaml", GPU_POD + "---\n" + SHARED_POD)))
+    assert (code, err) == (0, "")
+
+
+def test_1_when_one_object_is_denied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = audit(capsys, "--cluster-state", str(CLUSTER), str(write(tmp_path / "p.yaml", GPU_POD + "---\n" + TOO_NEW_POD)))
+    assert code == 1
+
+
+def test_fail_on_warn_counts_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(write(tmp_path / "p.yaml", SHARED_POD))
+    assert audit(capsys, "--cluster-state", str(CLUSTER), path)[0] == 0
+    assert audit(capsys, "--cluster-state", str(CLUSTER), "--fail-on", "warn", path)[0] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "error: nothing to audit: give manifest PATHs, - for stdin, or --cluster"),
+    (["no/such/file.yaml"], "error: no/such/file.yaml: no such file or folder"),
+    (["--cluster-state", "no/such/dir", "-"], "error: cluster state no/such/dir: no such file or folder"),
+    (["--cluster", "--cluster-state", "x", "-"], "error: --cluster and --cluster-state are alternatives: use one"),
+])  # fmt: skip
+def test_2_on_usage_errors_in_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    code, out, err = audit(capsys, *args)
+    assert (code, out, err) == (2, "", message + "\n")
+
+
+def test_2_on_an_unknown_format_from_argparse() -> None:
+    done = audit_process("-o", "yaml", "-")
+    assert done.returncode == 2 and "invalid choice: 'yaml'" in done.stderr
+
+
+def test_2_on_an_invalid_policy_with_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    shipped = policies / "gpu-defaults.yaml"
+    shipped.write_text(shipped.read_text().replace("mode: enforce", "mode: sometimes", 1))
+    code, out, err = audit(capsys, str(write(tmp_path / "p.yaml", GPU_POD)), policies=policies)
+    assert code == 2 and out == "" and err.startswith("invalid policy:") and "gpu-defaults.yaml" in err and "mode" in err
+
+
+def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    # a bug in the engine is the one thing no real input may cause, so it is simulated
+    monkeypatch.setattr(engine, "evaluate", broken)
+    path = str(write(tmp_path / "p.yaml", GPU_POD))
+    code, out, err = audit(capsys, path)
+    assert (code, out, err) == (3, "", "error: unexpected RuntimeError: a bug (--debug for the traceback)\n")
+    code, _, err = audit(capsys, "--debug", path)
+    assert code == 3 and "Traceback (most recent call last)" in err and err.endswith("error: unexpected RuntimeError: a bug\n")

@@ -1,0 +1,76 @@
+"""--diff and --write-mutated: what the mutating webhook would make of the manifests."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.audit.support import CLUSTER, GPU_POD, SHARED_POD, audit, write
+from tests.support import assert_schema_valid
+from webhook.audit.progress import Progress
+
+SERVICE = "apiVersion: v1\nkind: Service\nmetadata: {name: svc}\nspec: {ports: [{port: 80}]}\n"
+
+
+def test_diff_shows_each_changed_object_and_nothing_else(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path / "p.yaml", GPU_POD + "---\n" + SERVICE)
+    code, out, _ = audit(capsys, "--diff", "--cluster-state", str(CLUSTER), str(path))
+    assert code == 0
+    assert out.startswith(f"--- {path} document 1: Pod ml-a/trainer\n+++ {path} document 1: Pod ml-a/trainer (mutated)\n")
+    assert "+  runtimeClassName: nvidia\n" in out and "+  - key: nvidia.com/gpu\n" in out
+    assert "svc" not in out and out.count("\n--- ") == 0
+
+
+def test_write_mutated_mirrors_the_inputs_and_a_second_pass_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in"
+    write(source / "apps" / "pods.yaml", GPU_POD + "---\n" + SERVICE + "---\nkind: [\n")
+    listed = {"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(SHARED_POD), yaml.safe_load(SERVICE)]}
+    write(source / "list.json", json.dumps(listed))
+    out_dir = tmp_path / "out"
+    audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(source))
+    written = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+    assert written == ["apps/pods.yaml", "list.json"]
+    pods_text = (out_dir / "apps" / "pods.yaml").read_text()
+    assert pods_text.startswith("# gpu-admission: ") and "document 3" in pods_text and "(left out)" in pods_text
+    pod, service = yaml.safe_load_all(pods_text)
+    assert pod["spec"]["runtimeClassName"] == "nvidia" and service == yaml.safe_load(SERVICE)
+    assert_schema_valid(pod)
+    rebuilt = json.loads((out_dir / "list.json").read_text())
+    assert rebuilt["kind"] == "List" and [i["kind"] for i in rebuilt["items"]] == ["Pod", "Service"]
+    assert rebuilt["items"][0]["spec"]["runtimeClassName"] == "nvidia"
+    # the mutated manifests, audited again: nothing left to patch
+    _, out, _ = audit(capsys, "-o", "json", "--cluster-state", str(CLUSTER), str(out_dir))
+    assert [r["patch"] for r in json.loads(out)["results"]] == [[], []]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_appears_only_after_a_second_and_clears_its_line() -> None:
+    stream, clock = io.StringIO(), _Clock()
+    progress = Progress(stream, 4, enabled=True, clock=clock)
+    progress.file_done()
+    assert stream.getvalue() == ""  # a short run draws nothing
+    clock.now += 1.5
+    progress.file_done()
+    assert stream.getvalue() == "\r[" + "=" * 15 + ">" + " " * 14 + "] 2/4 files, 0 objects"
+    progress.close()
+    assert stream.getvalue().endswith("\r" + " " * 70 + "\r")
+
+
+def test_progress_draws_nothing_when_disabled() -> None:
+    stream, clock = io.StringIO(), _Clock()
+    progress = Progress(stream, 1, enabled=False, clock=clock)
+    clock.now += 5
+    progress.file_done()
+    progress.close()
+    assert stream.getvalue() == ""

@@ -1,0 +1,134 @@
+"""``--cluster``: the live cluster as the view, and its running workloads as the objects to audit.
+
+The view is listed once, page by page, and slimmed as the server's index
+slims it. Without manifests, the workloads in the namespaces the webhooks
+reach (opted in with the label below, never the control plane's) are each
+judged as if created now: what would the policies say if this went through
+admission today? An object a controller of an audited kind owns (the pods
+of a Deployment's ReplicaSet, the ReplicaSet itself) is judged through its
+owner, once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from webhook.audit.inputs import CLUSTER_PREFIX, Document
+from webhook.cluster import ClusterConfigError, kinds, listing, load_api_client, pods
+from webhook.errors import ClusterError
+from webhook.policy.loader import PolicySet
+from webhook.policy.view import RESOURCES, SnapshotView
+
+#: the namespaceSelector of deploy/base/*webhook.yaml
+OPT_IN_LABEL = "gpu-admission.io/enabled"
+NEVER_REACHED = frozenset({"kube-system", "kube-public", "kube-node-lease", "gpu-admission"})
+_SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "creationTimestamp", "selfLink")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What was listed: the view, and what running workloads need."""
+
+    api_client: client.ApiClient
+    view: SnapshotView
+    #: the namespaces whose running workloads are audited
+    audited: set[str]
+    #: their pods, as listed (with ``keep_pods``)
+    pods: list[dict[str, Any]]
+
+
+def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> client.ApiClient:
+    try:
+        api_client = load_api_client(kubeconfig, context, True if in_cluster else None)
+    except ClusterConfigError as exc:
+        raise ClusterError(str(exc)) from exc
+    if api_client is None:
+        raise ClusterError("no cluster: pass --kubeconfig, set KUBECONFIG, or run in a pod (--in-cluster)")
+    return api_client
+
+
+def fetch(api_client: client.ApiClient, page_size: int = listing.PAGE_SIZE, *, all_namespaces: bool = False,
+          keep_pods: bool = False) -> Cluster:  # fmt: skip
+    """List every resource the policies read and build the view from it.
+
+    With ``keep_pods``, the pods of the audited namespaces are kept whole as
+    they stream past (namespaces are listed before pods), so that auditing
+    running workloads does not list every pod of the cluster a second time.
+    """
+    objects: list[dict[str, Any]] = []
+    labels: dict[str, dict[str, str]] = {}
+    audited: set[str] = set()
+    kept: list[dict[str, Any]] = []
+    for resource in RESOURCES:
+        kind = kinds.KINDS[resource]
+        shape = kinds.shaper(kind, pods.is_gpu_resource)
+        if resource == "pods":
+            audited = _audited(labels, all_namespaces)
+        for obj in listing.list_all(kind.lister(api_client), resource, page_size):
+            meta = obj.get("metadata") or {}
+            if resource == "namespaces":
+                labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+            elif keep_pods and resource == "pods" and meta.get("namespace") in audited:
+                kept.append(obj)  # the shaper below builds a new dict and leaves this one whole
+            shaped = shape(obj)
+            if shaped is not None:
+                objects.append(shaped)
+    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), audited, kept)
+
+
+def _audited(labels: dict[str, dict[str, str]], all_namespaces: bool) -> set[str]:
+    """The namespaces whose workloads are audited: the webhooks' opted-in ones, or all."""
+    if all_namespaces:
+        return set(labels)
+    return {
+        name for name, values in labels.items()
+        if values.get(OPT_IN_LABEL) == "true" and name not in NEVER_REACHED
+    }  # fmt: skip
+
+
+def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size: int = listing.PAGE_SIZE) -> Iterator[Document]:
+    """The objects of every workload kind the policies know, in the audited namespaces, cleaned of server fields."""
+    counters: dict[str, int] = {}
+    for group, kind in sorted(policies.kinds):
+        if (group, kind) == ("", "Pod"):
+            listed: Iterable[dict[str, Any]] = cluster.pods
+        else:
+            lister = listing.workload_lister(cluster.api_client, group, kind)
+            if lister is None:
+                notes.append(f"{group + '/' if group else ''}{kind}: not served by this cluster, not audited")
+                continue
+            listed = listing.list_all(lister, f"{kind} objects", page_size)
+        for obj in listed:
+            meta = obj.get("metadata") or {}
+            namespace = str(meta.get("namespace") or "")
+            if namespace not in cluster.audited or _owned_by_audited(meta, policies):
+                continue
+            counters[namespace] = counters.get(namespace, 0) + 1
+            yield Document(f"{CLUSTER_PREFIX}{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")
+
+
+def _owned_by_audited(meta: dict[str, Any], policies: PolicySet) -> bool:
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            if (group, ref.get("kind")) in policies.kinds:
+                return True
+    return False
+
+
+def _as_new(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as a client would send it: no status, no server-set metadata."""
+    clean = {k: v for k, v in obj.items() if k != "status"}
+    meta = copy.copy(obj.get("metadata") or {})
+    for name in _SERVER_FIELDS:
+        meta.pop(name, None)
+    annotations = meta.get("annotations")
+    if annotations and pods.LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != pods.LAST_APPLIED}
+    clean["metadata"] = meta
+    return clean

@@ -1,0 +1,169 @@
+"""``gpu-admission audit``: its options, and one run from inputs to report and exit code.
+
+Exit codes: 0 nothing denied; 1 at least one object denied (or warned,
+with ``--fail-on warn``), a document that could not be read, or the
+cluster could not be listed; 2 usage error, a missing input or an invalid
+policy; 3 an unexpected error (one line; ``--debug`` prints the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from webhook.audit import inputs, mutated, snapshot
+from webhook.audit.inputs import Document, Problem
+from webhook.audit.judge import judge
+from webhook.audit.progress import Progress
+from webhook.audit.report import FORMATS, Report
+from webhook.errors import ClusterError, ManifestError, PolicyError
+from webhook.policy import loader
+from webhook.policy.view import RESOURCES, ClusterView
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED = 0, 1, 2, 3
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "audit", help="evaluate the policies on manifests or on what runs in a cluster, offline",
+        description="Mutate then validate every object as the two webhooks would, and report.",
+    )  # fmt: skip
+    p.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or folders (recursive), or - for stdin")
+    p.add_argument("--policies", type=Path, default=Path("policies"), help="policy folder (default: policies)")
+    p.add_argument("--namespace", help="namespace for objects that name none (default: default)")
+    _cluster_options(p.add_argument_group("cluster facts"))
+    _output_options(p.add_argument_group("output"))
+    p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    p.set_defaults(func=run)
+    return p
+
+
+def _cluster_options(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--cluster-state", action="append", default=[], type=Path, metavar="FILE|DIR",
+                   help="kubectl get … -o json|yaml dumps or API lists of nodes, namespaces, pods, quotas, "
+                        "priority and runtime classes (repeatable)")
+    g.add_argument("--complete", action="append", default=[], choices=RESOURCES, metavar="RESOURCE",
+                   help="treat RESOURCE (e.g. pods) as fully listed by the cluster-state files even "
+                        "when they hold none of it (repeatable)")
+    g.add_argument("--cluster", action="store_true",
+                   help="read the live cluster; without PATHs, audit the workloads of opted-in namespaces")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    g.add_argument("--context", help="kubeconfig context")
+    g.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    g.add_argument("--all-namespaces", "-A", action="store_true",
+                   help="with --cluster and no PATHs: every namespace, not only the opted-in ones")
+    g.add_argument("--page-size", type=int, default=500, help="objects per list request (default: 500)")
+
+
+def _output_options(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("-o", "--output", "--format", dest="output", choices=list(FORMATS), default="text",
+                   metavar="FORMAT", help=f"report format: {', '.join(FORMATS)} (default: text)")
+    g.add_argument("--fail-on", choices=["deny", "warn"], default="deny",
+                   help="exit 1 on denials (default) or on warnings too")
+    g.add_argument("--diff", action="store_true",
+                   help="print the unified diff of each object the mutating webhook would change instead of a report")
+    g.add_argument("--write-mutated", type=Path, metavar="DIR",
+                   help="write the mutated manifests below DIR, one file per input file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """One audit; expected failures become one line on stderr and an exit code."""
+    try:
+        return audit(args, sys.stdin, sys.stdout, sys.stderr)
+    except PolicyError:
+        raise  # the CLI prints every problem, with file and field, and exits 2
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FOUND
+    except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: unexpected {type(exc).__name__}: {exc}" + ("" if args.debug else " (--debug for the traceback)"),
+              file=sys.stderr)  # fmt: skip
+        return EXIT_UNEXPECTED
+
+
+def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
+    _check_usage(args)
+    policies = loader.load_directory(args.policies)
+    notes: list[str] = []
+    progress = Progress(stderr, 0, enabled=stderr.isatty())
+    view, documents = _sources(args, policies, stdin, notes, progress)
+    report = Report(
+        policies, view, fail_on=args.fail_on, timestamp=int(time.time()),
+        colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
+    )  # fmt: skip
+    files: dict[str, list[mutated.Entry]] = {}
+    try:
+        for item in documents:
+            if isinstance(item, Problem):
+                report.problems.append(item)
+                if args.write_mutated:
+                    files.setdefault(item.relative, []).append(item)
+                continue
+            result = judge(policies, view, item, namespace=args.namespace)
+            if result is None:
+                report.ignored += 1
+            else:
+                report.results.append(result)
+            if args.write_mutated:
+                files.setdefault(item.relative, []).append((item, result))
+            progress.object_done()
+    finally:
+        progress.close()
+    _emit(args, report, stdout, stderr, notes)
+    if args.write_mutated:
+        mutated.write(args.write_mutated, files)
+    return report.exit_code
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    if not args.paths and not args.cluster:
+        raise ManifestError("nothing to audit: give manifest PATHs, - for stdin, or --cluster")
+    if args.cluster and args.cluster_state:
+        raise ManifestError("--cluster and --cluster-state are alternatives: use one")
+    if args.page_size < 1:
+        raise ManifestError("--page-size must be at least 1")
+
+
+def _sources(
+    args: argparse.Namespace, policies: loader.PolicySet, stdin: IO[str], notes: list[str], progress: Progress
+) -> tuple[ClusterView, Iterator[Document | Problem]]:
+    """The view, and the documents to audit."""
+    if args.cluster:
+        from webhook.audit import cluster_source
+
+        api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
+        cluster = cluster_source.fetch(
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths
+        )
+        if not args.paths:
+            return cluster.view, cluster_source.workloads(cluster, policies, notes, args.page_size)
+        view: ClusterView = cluster.view
+    else:
+        view = snapshot.load(args.cluster_state, args.complete)
+    files = inputs.find_files(args.paths)
+    progress.total = len(files)
+    return view, inputs.stream(files, stdin, progress.file_done)
+
+
+def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:
+    if args.diff:
+        stdout.write(mutated.diff(report.results))
+    else:
+        stdout.write(FORMATS[args.output](report))
+    if args.diff or args.output != "text":
+        # the report carries them too; CI logs show stderr
+        for problem in report.problems:
+            print(f"could not audit: {problem.text()}", file=stderr)
+    for note in notes:
+        print(f"note: {note}", file=stderr)

@@ -1,0 +1,152 @@
+"""One object through the same engine as the server: mutate, then validate the mutated object.
+
+kube-apiserver calls the mutating webhook first and the validating webhook
+with what the mutations left, and so does :func:`judge`.
+:func:`outcomes` then breaks a result down per policy and rule (pass, fail,
+warn, skip), which is what PolicyReport, JUnit and SARIF report on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from webhook.audit.inputs import Document
+from webhook.policy import engine, gpu, loader, match
+from webhook.policy.decision import Decision, Finding
+from webhook.policy.request import Phase, Request
+from webhook.policy.view import ClusterView
+from webhook.policy.workload import pod_targets
+
+Verdict = Literal["deny", "warn", "mutate", "pass"]
+Status = Literal["pass", "fail", "warn", "error", "skip"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the two webhooks would answer for one object."""
+
+    document: Document
+    request: Request
+    mutation: Decision
+    validation: Decision
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.mutation.findings + self.validation.findings
+
+    @property
+    def denied(self) -> bool:
+        return not (self.mutation.allowed and self.validation.allowed)
+
+    @property
+    def warned(self) -> bool:
+        return any(f.mode == "warn" for f in self.findings)
+
+    @property
+    def patched(self) -> Any:
+        """The object as the mutating webhook leaves it."""
+        return self.mutation.patched if self.mutation.patch else self.document.obj
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.denied:
+            return "deny"
+        if self.warned:
+            return "warn"
+        return "mutate" if self.mutation.patch else "pass"
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What kube-apiserver would show the client: both webhooks' warnings."""
+        return self.mutation.warnings + self.validation.warnings
+
+
+def judge(policies: loader.PolicySet, view: ClusterView, document: Document, namespace: str | None = None) -> Result | None:
+    """Mutate then validate one object; None when it is no workload kind the policies know.
+
+    ``namespace`` is for an object that names none.
+    """
+    obj = document.obj
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("namespace"):
+        namespace = None  # the object's own namespace wins, as with kubectl apply -n
+    request = Request.for_object(obj, namespace=namespace)
+    if (request.group, request.kind) not in policies.kinds:
+        return None
+    mutation = engine.evaluate(policies, request, view, "mutate")
+    patched = mutation.patched if mutation.patch else obj
+    validation = engine.evaluate(policies, Request.for_object(patched, namespace=namespace), view, "validate")
+    return Result(document, request, mutation, validation)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One policy rule's result on one object."""
+
+    policy: str
+    rule: str
+    status: Status
+    mode: str  # enforce | warn | audit
+    message: str
+    phase: Phase
+
+    @property
+    def rule_id(self) -> str:
+        return f"{self.policy}/{self.rule}"
+
+
+def outcomes(policies: loader.PolicySet, view: ClusterView, result: Result) -> Iterator[Outcome]:
+    """Every enabled rule of every policy that applies to the object, with its result.
+
+    A finding is ``fail`` (enforce, audit) or ``warn``; a rule that ran and
+    found nothing is ``pass`` (a mutation it made is named in the message);
+    a GPU-only policy on an object without GPUs is ``skip``.
+    """
+    request = result.request
+    labels = engine.namespace_labels(view, request.namespace)
+    found: dict[tuple[str, str], list[tuple[Phase, Finding]]] = {}
+    phases: tuple[tuple[Phase, tuple[Finding, ...]], ...] = (
+        ("mutate", result.mutation.findings), ("validate", result.validation.findings))
+    for where, findings in phases:
+        for finding in findings:
+            found.setdefault((finding.policy, finding.rule), []).append((where, finding))
+    changed: dict[tuple[str, str], list[str]] = {}
+    for change in result.mutation.changes:
+        changed.setdefault((change.policy, change.rule), []).append(change.what)
+    has_gpu = _has_gpu(policies, result)
+    for policy in policies.active_policies:
+        name = policy.metadata.name
+        if not match.policy_applies(policy, request.group, request.kind, request.namespace, labels):
+            continue
+        for rule in engine.RULES:
+            cfg = getattr(policy.spec.rules, rule.name)
+            if cfg is None or cfg.mode == "off":
+                continue
+            phase: Phase = "validate" if "validate" in rule.phases else "mutate"
+            key = (name, rule.name)
+            if key in found:
+                for found_in, f in found[key]:
+                    yield Outcome(name, rule.name, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
+            elif policy.spec.match.gpuOnly and not has_gpu:
+                yield Outcome(name, rule.name, "skip", cfg.mode, "no GPU requested", phase)
+            elif key in changed:
+                what = ", ".join(dict.fromkeys(changed[key]))
+                yield Outcome(name, rule.name, "pass", cfg.mode, f"mutated: {what}", "mutate")
+            else:
+                yield Outcome(name, rule.name, "pass", cfg.mode, "passed", phase)
+
+
+def _has_gpu(policies: loader.PolicySet, result: Result) -> bool:
+    obj = result.document.obj
+    paths = policies.kinds.get((result.request.group, result.request.kind))
+    if paths is None:
+        return False
+    for target in pod_targets(obj, paths):
+        spec: Any = obj
+        for key in target.spec_path:
+            spec = spec[key]
+        if isinstance(spec, dict) and gpu.gpu_slots(spec, policies.any_gpu):
+            return True
+    return False

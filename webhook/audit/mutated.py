@@ -1,0 +1,84 @@
+"""What the mutating webhook would make of the manifests: ``--diff`` and ``--write-mutated DIR``.
+
+Both compare the object as read with the object as the patch leaves it,
+each dumped as YAML the same way, so the diff shows only what the webhook
+changes (not how the file was formatted).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.audit.inputs import Document, Problem
+from webhook.audit.judge import Result
+from webhook.errors import ManifestError
+
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+#: one file's entries in order: a document and its result (None: not audited), or a problem
+Entry = tuple[Document, Result | None] | Problem
+
+
+def dump(obj: Any) -> str:
+    return str(yaml.dump(obj, Dumper=_DUMPER, sort_keys=False, default_flow_style=False))
+
+
+def diff(results: Iterable[Result]) -> str:
+    """The unified diff of every object the mutating webhook would change."""
+    chunks: list[str] = []
+    for result in results:
+        if not result.mutation.patch:
+            continue
+        doc = result.document
+        label = f"{doc.source} document {doc.index}" + (f" items[{doc.item}]" if doc.item is not None else "")
+        chunks.extend(difflib.unified_diff(
+            dump(doc.obj).splitlines(keepends=True),
+            dump(result.patched).splitlines(keepends=True),
+            fromfile=f"{label}: {result.request.subject}",
+            tofile=f"{label}: {result.request.subject} (mutated)",
+        ))  # fmt: skip
+    return "".join(chunks)
+
+
+def write(directory: Path, files: dict[str, list[Entry]]) -> list[Path]:
+    """One file per input file below ``directory``, each document mutated as it would be admitted."""
+    written = []
+    for relative, entries in files.items():
+        target = directory / relative
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(_render(relative, entries), encoding="utf-8")
+        except OSError as exc:
+            raise ManifestError(f"--write-mutated: cannot write {target}: {exc}") from exc
+        written.append(target)
+    return written
+
+
+def _render(relative: str, entries: list[Entry]) -> str:
+    documents: list[Any] = []
+    notes: list[str] = []
+    lists: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        if isinstance(entry, Problem):
+            notes.append(f"# gpu-admission: {entry.text()} (left out)")
+            continue
+        doc, result = entry
+        obj = result.patched if result is not None else doc.obj
+        if doc.item is None:
+            documents.append(obj)
+        else:
+            # items of one List document arrive in order; rebuild the List around them
+            if doc.index not in lists:
+                lists[doc.index] = {"apiVersion": "v1", "kind": "List", "items": []}
+                documents.append(lists[doc.index])
+            lists[doc.index]["items"].append(obj)
+    if relative.endswith(".json") and len(documents) == 1 and not notes:
+        return json.dumps(documents[0], indent=2) + "\n"
+    body = "---\n".join(dump(d) for d in documents)
+    return "\n".join(notes) + ("\n" if notes else "") + body

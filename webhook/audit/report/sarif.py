@@ -1,0 +1,92 @@
+"""``-o sarif``: SARIF 2.1.0 for code-scanning UIs (GitHub, GitLab, Azure DevOps).
+
+One reporting rule per policy rule (``policy/rule``) plus one for documents
+that cannot be read; one result per finding, ``error`` for enforce,
+``warning`` for warn and ``note`` for audit, located at the file and the
+line where the object's document starts (a logical location names the
+object when there is no file: stdin, the live cluster).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from webhook import __version__
+from webhook.audit.inputs import CLUSTER_PREFIX, STDIN_NAME, Document
+from webhook.audit.report.run import TOOL, Report, dump_json
+from webhook.policy import engine
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+INVALID_MANIFEST = f"{TOOL}/invalid-manifest"
+_LEVEL = {"enforce": "error", "warn": "warning", "audit": "note"}
+
+
+def render(report: Report) -> str:
+    return dump_json(document(report), expand=4) + "\n"
+
+
+def document(report: Report) -> dict[str, Any]:
+    rules = _rules(report)
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    results: list[dict[str, Any]] = []
+    for result in report.results:
+        for finding in result.findings:
+            rule_id = f"{finding.policy}/{finding.rule}"
+            results.append({
+                "ruleId": rule_id,
+                **({"ruleIndex": index[rule_id]} if rule_id in index else {}),
+                "level": _LEVEL.get(finding.mode, "note"),
+                "message": {"text": f"{result.request.subject}: {finding.message}"},
+                "locations": [_location(result.document, result.request.subject)],
+            })
+    for problem in report.problems:
+        results.append({
+            "ruleId": INVALID_MANIFEST,
+            "ruleIndex": index[INVALID_MANIFEST],
+            "level": "error",
+            "message": {"text": problem.text()},
+            "locations": [{"physicalLocation": _physical(problem.source, problem.line)}]
+            if problem.source != STDIN_NAME else [],
+        })
+    driver = {"name": TOOL, "version": __version__, "rules": rules}
+    return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": results}]}
+
+
+def _rules(report: Report) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    for policy in report.policies.active_policies:
+        for rule in engine.RULES:
+            cfg = getattr(policy.spec.rules, rule.name)
+            if cfg is None or cfg.mode == "off":
+                continue
+            rules.append({
+                "id": f"{policy.metadata.name}/{rule.name}",
+                "name": rule.name,
+                "shortDescription": {"text": f"{rule.name} of policy {policy.metadata.name}"},
+                "defaultConfiguration": {"level": _LEVEL.get(cfg.mode, "note")},
+                "properties": {"mode": cfg.mode, "policy": policy.metadata.name},
+            })
+    rules.append({
+        "id": INVALID_MANIFEST, "name": "invalidManifest",
+        "shortDescription": {"text": "a document that is not valid YAML/JSON or not a Kubernetes object"},
+        "defaultConfiguration": {"level": "error"},
+    })
+    return rules
+
+
+def _location(doc: Document, subject: str) -> dict[str, Any]:
+    location: dict[str, Any] = {"logicalLocations": [{"fullyQualifiedName": subject, "kind": "resource"}]}
+    if doc.source != STDIN_NAME and not doc.source.startswith(CLUSTER_PREFIX):
+        location["physicalLocation"] = _physical(doc.source, doc.line)
+    return location
+
+
+def _physical(source: str, line: int) -> dict[str, Any]:
+    path = Path(source)
+    uri = path.as_uri() if path.is_absolute() else quote(path.as_posix())
+    physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
+    if line:
+        physical["region"] = {"startLine": line}
+    return physical
