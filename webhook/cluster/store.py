@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from webhook.policy.view import Object
 
@@ -65,11 +66,22 @@ def key_of(obj: Object) -> tuple[str, str]:
     return str(meta.get("namespace") or CLUSTER), str(meta.get("name", ""))
 
 
+class Listener(Protocol):
+    """Told of every write, after it is published (keeps per-snapshot aggregates current)."""
+
+    def put(self, obj: Object) -> None: ...
+
+    def discard(self, namespace: str, name: str) -> None: ...
+
+    def replace(self, objects: Iterable[Object]) -> None: ...
+
+
 class Store:
     """The current snapshot of one resource, and the writes that replace it."""
 
-    def __init__(self) -> None:
+    def __init__(self, listener: Listener | None = None) -> None:
         self.snapshot = Snapshot()
+        self._listener = listener
         # Only one watch thread writes a store; the lock keeps stray writers honest.
         self._write = threading.Lock()
 
@@ -81,6 +93,8 @@ class Store:
             added = name not in bucket
             bucket[name] = obj
             self.snapshot = Snapshot({**old.buckets, namespace: bucket}, old.size + added)
+            if self._listener is not None:
+                self._listener.put(obj)
 
     def discard(self, namespace: str, name: str) -> None:
         with self._write:
@@ -94,6 +108,8 @@ class Store:
             else:
                 del buckets[namespace]  # a deleted namespace leaves nothing behind
             self.snapshot = Snapshot(buckets, old.size - 1)
+            if self._listener is not None:
+                self._listener.discard(namespace, name)
 
     def replace(self, objects: Iterable[Object]) -> None:
         """Swap in a complete new state (a relist): objects not in it are gone."""
@@ -104,3 +120,5 @@ class Store:
         snapshot = Snapshot(buckets, sum(len(b) for b in buckets.values()))
         with self._write:
             self.snapshot = snapshot
+            if self._listener is not None:
+                self._listener.replace(o for b in buckets.values() for o in b.values())

@@ -34,7 +34,7 @@ from webhook.cluster.backoff import Backoff
 from webhook.cluster.kinds import Kind, Shaper
 from webhook.cluster.pods import Raw
 from webhook.cluster.state import ResourceState
-from webhook.cluster.store import Store, key_of
+from webhook.cluster.store import Listener, Store, key_of
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,10 @@ class ResourceWatch:
         *,
         clock: Callable[[], float],
         rng: random.Random,
+        listener: Listener | None = None,
     ) -> None:
         self.kind = kind
-        self.store = Store()
+        self.store = Store(listener)
         self.state = ResourceState()
         self._lister = lister
         self._shape = shape

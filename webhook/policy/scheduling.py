@@ -21,30 +21,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import quantity
+from webhook.policy import nodegroups, quantity
 from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
 
-#: taints that describe a node's current condition (kubernetes pkg/apis/core
-#: well_known_taints.go), not what the node can run: ignored by the filter
-CONDITION_TAINTS: frozenset[str] = frozenset(
-    f"node.kubernetes.io/{key}"
-    for key in ("not-ready", "unreachable", "unschedulable", "memory-pressure", "disk-pressure",
-                "pid-pressure", "network-unavailable", "out-of-service")
-)
-
-
-def node_name(node: Object) -> str:
-    meta = node.get("metadata")
-    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-
-
-def node_labels(node: Object) -> Mapping[str, str]:
-    """The node's labels as served (not copied: this runs for every node on every request)."""
-    meta = node.get("metadata")
-    raw = meta.get("labels") if isinstance(meta, Mapping) else None
-    return raw if isinstance(raw, Mapping) else {}
+CONDITION_TAINTS = nodegroups.CONDITION_TAINTS
+node_name = nodegroups.name_of
+#: the node's labels as served (not copied: this runs for every group or node on every request)
+node_labels = nodegroups.labels_of
 
 
 def allocatable(node: Object, resource: str) -> Decimal:
@@ -118,20 +103,12 @@ def tolerates(toleration: Object, taint: Object) -> bool:
 
 
 def _taints_tolerated(held: list[Object], node: Object) -> bool:
-    spec = node.get("spec")
-    if not isinstance(spec, Mapping):
-        return True
-    for taint in sublist(spec, "taints"):
-        if (
-            isinstance(taint, Mapping)
-            and taint.get("effect") in ("NoSchedule", "NoExecute")
-            and taint.get("key") not in CONDITION_TAINTS
-        ):
-            for toleration in held:
-                if tolerates(toleration, taint):
-                    break
-            else:
-                return False
+    for taint in nodegroups.blocking_taints(node):
+        for toleration in held:
+            if tolerates(toleration, taint):
+                break
+        else:
+            return False
     return True
 
 
@@ -155,6 +132,8 @@ class NodeFilter:
         held = [*sublist(spec, "tolerations"), *extra_tolerations]
         self.tolerations = [t for t in held if isinstance(t, Mapping)]
         self.needs = [(name, max(count, Decimal(1))) for name, count in needs.items()]
+        #: the pod asks about something that differs from node to node within a group
+        self.per_node = bool(self.pinned) or _per_node(self.selector, self.terms, self.needs)
 
     def admits(self, node: Any) -> bool:
         if not isinstance(node, Mapping):
@@ -175,12 +154,38 @@ class NodeFilter:
     def select(self, nodes: Iterable[Object]) -> list[Object]:
         return [node for node in nodes if self.admits(node)]
 
+    def placements(self, groups: Iterable[nodegroups.NodeGroup]) -> list[tuple[Object, int]]:
+        """(node, how many such nodes) for every kind of node the pod could land on.
+
+        A whole group answers through its shape (the count is its size)
+        unless the pod asks about what differs per node; then each admitted
+        member answers for itself, with count 1.
+        """
+        if not self.per_node:
+            return [(g.shape, len(g.members)) for g in groups if self.admits(g.shape)]
+        if self.pinned:
+            name = str(self.pinned)
+            found = [g.members[name] for g in groups if name in g.members]
+            return [(node, 1) for node in found if self.admits(node)]
+        return [(node, 1) for g in groups for node in g.members.values() if self.admits(node)]
+
 
 def eligible_nodes(
     spec: Object, nodes: Iterable[Object], needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = ()
 ) -> list[Object]:
     """Nodes the pod could be scheduled to (or, with nodeName, run on)."""
     return NodeFilter(spec, needs, extra_tolerations).select(nodes)
+
+
+def _per_node(selector: list[tuple[str, str]], terms: list[Term] | None, needs: list[tuple[str, Decimal]]) -> bool:
+    if any(key in nodegroups.PER_NODE_LABELS for key, _ in selector):
+        return True
+    if any(not nodegroups.is_extended(name) for name, _ in needs):
+        return True
+    for term in terms or ():
+        if term is not None and (term[1] or any(key in nodegroups.PER_NODE_LABELS for key, _, _ in term[0])):
+            return True
+    return False
 
 
 def _integer(text: str) -> int | None:

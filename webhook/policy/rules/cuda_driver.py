@@ -86,15 +86,19 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
 
 def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
     asks = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if c > 0}
-    result = _Nodes(eligible=scheduling.eligible_nodes(ctx.spec, ctx.view.nodes(), asks, _implied_tolerations(ctx, cfg)))
-    for node in result.eligible:
+    node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg))
+    result = _Nodes()
+    # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike
+    for node, count in node_filter.placements(ctx.view.node_groups()):
+        alike = [node] * count
+        result.eligible.extend(alike)
         driver = cuda.node_driver(scheduling.node_labels(node))
         if driver is None:
-            result.unlabelled.append(node)
+            result.unlabelled.extend(alike)
         elif all(_runs(cfg, need, node, driver) for need in needs):
-            result.capable.append(node)
+            result.capable.extend(alike)
         else:
-            result.incapable.append(node)
+            result.incapable.extend(alike)
     return result
 
 
