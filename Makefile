@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine certs clean
+.PHONY: serve test lint bench bench-engine bench-scale certs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ lint: $(STAMP)
 
 bench bench-engine: $(STAMP)
 	$(BIN)/python bench/engine.py
+
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

@@ -73,24 +73,24 @@ def _large_cluster(nodes: int = 2000, pods: int = 8000, namespaces: int = 50) ->
     return SnapshotView.from_objects(objects, known=("resourcequotas",))
 
 
-def _with_quota_caps() -> loader.PolicySet:
-    """The shipped policies with namespace, team and model caps enforced."""
+def with_quota_caps(limits: list[dict[str, Any]]) -> loader.PolicySet:
+    """The shipped policies with these GPU quota caps enforced."""
     documents = []
     for file in sorted((REPO / "policies").glob("*.yaml")):
         for doc in yaml.safe_load_all(file.read_text()):
             if doc and doc.get("kind") == "GPUPolicy" and doc["metadata"]["name"] == "gpu-validations":
-                doc["spec"]["rules"]["quota"].update(mode="enforce", limits=[
-                    {"scope": "namespace", "namespaces": ["ml-*"], "max": 1000},
-                    {"scope": "team", "teamLabel": "team", "max": 5000},
-                    {"scope": "namespace", "model": "NVIDIA-H100-80GB-HBM3", "max": 1000},
-                ])
+                doc["spec"]["rules"]["quota"].update(mode="enforce", limits=limits)
             if doc:
                 documents.append(doc)
     return loader.load_text(yaml.safe_dump_all(documents), "shipped+caps")
 
 
 def large(text: str) -> None:
-    view, policies = _large_cluster(), _with_quota_caps()
+    view, policies = _large_cluster(), with_quota_caps([
+        {"scope": "namespace", "namespaces": ["ml-*"], "max": 1000},
+        {"scope": "team", "teamLabel": "team", "max": 5000},
+        {"scope": "namespace", "model": "NVIDIA-H100-80GB-HBM3", "max": 1000},
+    ])
     request = replace(parse_review(text).request, namespace="ml-0")
     samples = _median_seconds(lambda: engine.evaluate(policies, request, view, "validate"), 15, 1)
     print(f"validate, 2000 nodes + 8000 GPU pods, quota caps on: median {statistics.median(samples) * 1e3:.1f} ms")

@@ -51,9 +51,9 @@ def test_node_groups_place_a_pod_as_the_per_node_filter_does(
     unique = list({scheduling.node_name(n): n for n in node_list if isinstance(n, Mapping)}.values())
     expected = reference(spec, unique, needs, extra)
     placed = scheduling.NodeFilter(spec, needs, extra).placements(nodegroups.NodeGroups(node_list).groups)
-    assert sum(count for _, count in placed) == len(expected)
-    assert Counter(p for n, c in placed for p in [_projection(n)] * c) == Counter(_projection(n) for n in expected)
-    assert _newest_driver(n for n, _ in placed) == _newest_driver(expected)
+    assert sum(p.nodes for p in placed) == len(expected)
+    assert Counter(p for n, c, _ in placed for p in [_projection(n)] * c) == Counter(_projection(n) for n in expected)
+    assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected)
 
 
 @settings(max_examples=300, deadline=None)
@@ -199,5 +199,5 @@ def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]
     for spec in ({}, {"tolerations": [{"operator": "Exists"}]}, {"nodeSelector": {MODEL: "A100"}}):
         placed = scheduling.NodeFilter(spec, {"nvidia.com/gpu": Decimal(1)}).placements(groups)
         expected_nodes = reference(spec, list(state["Node"].values()), {"nvidia.com/gpu": Decimal(1)}, [])
-        assert sum(c for _, c in placed) == len(expected_nodes)
-        assert _newest_driver(n for n, _ in placed) == _newest_driver(expected_nodes)
+        assert sum(p.nodes for p in placed) == len(expected_nodes)
+        assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected_nodes)

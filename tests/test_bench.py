@@ -21,3 +21,15 @@ def test_bench_engine_prints_every_case_and_the_target_verdict() -> None:
         assert re.search(rf"^{re.escape(case)}\s+median\s+[\d.]+ us\s+ratio\s+[\d.]+x$", out, re.M), out
     assert re.search(r"^target: evaluate <= 0.50x baseline -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
     assert re.search(r"^validate, 2000 nodes \+ 8000 GPU pods, quota caps on: median [\d.]+ ms$", out, re.M), out
+
+
+def test_bench_scale_prints_both_clusters_and_the_ratio() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/scale.py", "--rounds", "1", "--batch", "1", "--nodes", "200", "--pods", "2000"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    out = result.stdout
+    assert re.search(r"^mutation against the fleet: \d+ patch operations, steered: True$", out, re.M), out
+    for case in ("10 nodes", "200 nodes / 2,000 pods"):
+        assert re.search(rf"^mutate\+validate, {re.escape(case)}\s+median\s+[\d.]+ us$", out, re.M), out
+    assert re.search(r"^target: fleet <= 1.50x 10 nodes -> (met|NOT met) \([\d.]+x\)$", out, re.M), out

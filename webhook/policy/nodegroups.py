@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import quantity
+from webhook.policy import cuda, quantity
 
 Object = Mapping[str, Any]
 
@@ -120,10 +120,28 @@ def shape_of(node: Object) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Traits:
+    """A group's shape, read once: what the filter and the node rules ask of it on every request."""
+
+    labels: Mapping[str, Any]
+    taints: list[Mapping[str, Any]]
+    amounts: Mapping[str, Decimal]  # allocatable extended resources, parsed (invalid ones left out)
+    driver: cuda.DriverVersion | None
+
+    @classmethod
+    def of(cls, shape: Mapping[str, Any]) -> Traits:
+        labels = shape["metadata"]["labels"]
+        parsed = {k: quantity.parse_quantity(v) for k, v in shape["status"]["allocatable"].items()}
+        amounts = {k: v for k, v in parsed.items() if v is not None}
+        return cls(labels, shape["spec"]["taints"], amounts, cuda.node_driver(labels))
+
+
+@dataclass(frozen=True, slots=True)
 class NodeGroup:
     """Nodes alike in everything the filter reads of them but their name and per-node labels."""
 
     shape: Mapping[str, Any]
+    traits: Traits
     members: Mapping[str, Object]  # by name; never changed once published
     last: str  # the greatest member name: messages name one node, as a max over (amount, name) does
 
@@ -138,9 +156,7 @@ class NodeGroup:
     def largest(self, resource: str) -> tuple[Decimal, str]:
         """(largest allocatable amount of ``resource``, greatest name among the members with it)."""
         if is_extended(resource):
-            raw = self.shape["status"]["allocatable"].get(resource)
-            amount = quantity.parse_quantity(raw) if raw is not None else None
-            return (amount if amount is not None else Decimal(0)), self.last
+            return self.traits.amounts.get(resource, Decimal(0)), self.last
         return max(((_amount(n, resource), name) for name, n in self.members.items()), default=(Decimal(0), ""))
 
 
@@ -175,7 +191,7 @@ class NodeGroups:
             key_of_name[name] = key
             members.setdefault(key, {})[name] = node
         self._key_of = key_of_name
-        self._groups = {k: NodeGroup(shape_of(next(iter(m.values()))), m, max(m)) for k, m in members.items() if m}
+        self._groups = {k: _group(next(iter(m.values())), m) for k, m in members.items() if m}
         self.groups = tuple(self._groups.values())
 
     def put(self, node: Object) -> None:
@@ -185,9 +201,9 @@ class NodeGroups:
             self._remove(old, name)
         group = self._groups.get(key)
         if group is None:
-            self._groups[key] = NodeGroup(shape_of(node), {name: node}, name)
+            self._groups[key] = _group(node, {name: node})
         else:
-            self._groups[key] = NodeGroup(group.shape, {**group.members, name: node}, max(group.last, name))
+            self._groups[key] = NodeGroup(group.shape, group.traits, {**group.members, name: node}, max(group.last, name))
         self._key_of[name] = key
         self.groups = tuple(self._groups.values())
 
@@ -203,7 +219,9 @@ class NodeGroups:
         if not members:
             del self._groups[key]
             return
-        shape = group.shape
-        if name == next(iter(group.members)):
-            shape = shape_of(next(iter(members.values())))  # the shape must not hold a departed node's objects
-        self._groups[key] = NodeGroup(shape, members, max(members) if name == group.last else group.last)
+        self._groups[key] = NodeGroup(group.shape, group.traits, members, max(members) if name == group.last else group.last)
+
+
+def _group(node: Object, members: Mapping[str, Object]) -> NodeGroup:
+    shape = shape_of(node)
+    return NodeGroup(shape, Traits.of(shape), members, max(members))

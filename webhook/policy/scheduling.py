@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
-from webhook.policy import nodegroups, quantity
+from webhook.policy import cuda, nodegroups, quantity
 from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
@@ -79,14 +79,13 @@ def _term(term: Any) -> Term:
     return (exprs, fields) if exprs or fields else None  # an empty term matches nothing
 
 
-def _term_admits(term: Term, node: Object) -> bool:
+def _term_admits(term: Term, labels: Mapping[str, Any], name: str) -> bool:
     if term is None:
         return False
     exprs, fields = term
-    labels = node_labels(node)
     if not all(_holds(e, labels) for e in exprs):
         return False
-    return not fields or all(_holds(f, {"metadata.name": node_name(node)}) for f in fields)
+    return not fields or all(_holds(f, {"metadata.name": name}) for f in fields)
 
 
 def tolerates(toleration: Object, taint: Object) -> bool:
@@ -102,14 +101,25 @@ def tolerates(toleration: Object, taint: Object) -> bool:
     return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def _taints_tolerated(held: list[Object], node: Object) -> bool:
-    for taint in nodegroups.blocking_taints(node):
+def _taints_tolerated(held: list[Object], taints: Iterable[Object]) -> bool:
+    for taint in taints:
         for toleration in held:
             if tolerates(toleration, taint):
                 break
         else:
             return False
     return True
+
+
+_ZERO = Decimal(0)
+
+
+class Placement(NamedTuple):
+    """Nodes alike for the filter and the node rules: one of them, how many, and their driver."""
+
+    node: Object
+    nodes: int  # how many nodes it stands for
+    driver: cuda.DriverVersion | None
 
 
 class NodeFilter:
@@ -138,36 +148,48 @@ class NodeFilter:
     def admits(self, node: Any) -> bool:
         if not isinstance(node, Mapping):
             return False
-        if self.pinned and node_name(node) != self.pinned:
+        name = node_name(node)
+        if self.pinned and name != self.pinned:
             return False
-        if self.selector:
-            labels = node_labels(node)
-            for key, value in self.selector:
-                if labels.get(key) != value:
-                    return False
-        if self.terms is not None and not any(_term_admits(t, node) for t in self.terms):
+        if not self._labels_fit(node_labels(node), name):
             return False
-        if not _taints_tolerated(self.tolerations, node):
+        if not _taints_tolerated(self.tolerations, nodegroups.blocking_taints(node)):
             return False
-        return all(allocatable(node, name) >= count for name, count in self.needs)
+        return all(allocatable(node, resource) >= count for resource, count in self.needs)
+
+    def _labels_fit(self, labels: Mapping[str, Any], name: str) -> bool:
+        for key, value in self.selector:
+            if labels.get(key) != value:
+                return False
+        return self.terms is None or any(_term_admits(t, labels, name) for t in self.terms)
+
+    def _group_admits(self, traits: nodegroups.Traits) -> bool:
+        """admits() on what a group's members share (read once per group, not per request)."""
+        if not self._labels_fit(traits.labels, ""):
+            return False
+        if not _taints_tolerated(self.tolerations, traits.taints):
+            return False
+        amounts = traits.amounts
+        return all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs)
 
     def select(self, nodes: Iterable[Object]) -> list[Object]:
         return [node for node in nodes if self.admits(node)]
 
-    def placements(self, groups: Iterable[nodegroups.NodeGroup]) -> list[tuple[Object, int]]:
-        """(node, how many such nodes) for every kind of node the pod could land on.
+    def placements(self, groups: Iterable[nodegroups.NodeGroup]) -> list[Placement]:
+        """Every kind of node the pod could land on: (node, how many such nodes, their driver).
 
         A whole group answers through its shape (the count is its size)
         unless the pod asks about what differs per node; then each admitted
         member answers for itself, with count 1.
         """
         if not self.per_node:
-            return [(g.shape, len(g.members)) for g in groups if self.admits(g.shape)]
+            return [Placement(g.shape, len(g.members), g.traits.driver) for g in groups if self._group_admits(g.traits)]
         if self.pinned:
             name = str(self.pinned)
             found = [g.members[name] for g in groups if name in g.members]
-            return [(node, 1) for node in found if self.admits(node)]
-        return [(node, 1) for g in groups for node in g.members.values() if self.admits(node)]
+        else:
+            found = [node for g in groups for node in g.members.values()]
+        return [Placement(n, 1, cuda.node_driver(node_labels(n))) for n in found if self.admits(n)]
 
 
 def eligible_nodes(
