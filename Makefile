@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine bench-scale certs clean
+.PHONY: serve test lint bench bench-engine bench-scale bench-index certs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ bench bench-engine: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
+
+bench-index: $(STAMP)
+	$(BIN)/python bench/index.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

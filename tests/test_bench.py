@@ -33,3 +33,17 @@ def test_bench_scale_prints_both_clusters_and_the_ratio() -> None:
     for case in ("10 nodes", "200 nodes / 2,000 pods"):
         assert re.search(rf"^mutate\+validate, {re.escape(case)}\s+median\s+[\d.]+ us$", out, re.M), out
     assert re.search(r"^target: fleet <= 1.50x 10 nodes -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
+
+
+def test_bench_index_syncs_a_real_server_and_prints_event_costs() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/index.py", "--rounds", "1", "--nodes", "50", "--pods", "2000"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    out = result.stdout
+    assert re.search(r"^server start to /readyz: [\d.]+ s \(target <= 30 s: (met|NOT met)\); "
+                     r"server CPU time meanwhile: [\d.]+ s", out, re.M), out
+    assert re.search(r"^server RSS: peak \d+ MB, after sync \d+ MB", out, re.M), out
+    for pods in ("10,000", "100,000"):
+        assert re.search(rf"^one pod watch event, +{pods} pods in the index: median +[\d.]+ us$", out, re.M), out
+    assert re.search(r"^ratio 100,000 / 10,000 pods: [\d.]+x$", out, re.M), out
