@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine bench-scale bench-index certs clean
+.PHONY: serve test lint bench bench-engine bench-scale bench-index bench-server certs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench-scale: $(STAMP)
 
 bench-index: $(STAMP)
 	$(BIN)/python bench/index.py
+
+# h2load drives the servers (Debian package nghttp2-client)
+bench-server: $(STAMP)
+	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
+	$(BIN)/python bench/server.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,3 +50,14 @@ def test_bench_index_syncs_a_real_server_and_prints_event_costs() -> None:
     for pods in ("10,000", "100,000"):
         assert re.search(rf"^one pod watch event, +{pods} pods in the index: median +[\d.]+ us$", out, re.M), out
     assert re.search(r"^ratio 100,000 / 10,000 pods: [\d.]+x$", out, re.M), out
+
+
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (nghttp2-client) is installed by make bench-server")
+def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/server.py", "--rounds", "1", "--requests", "200"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    for case in ("training pod", "Deployment", "20-container pod", "pod without GPU"):
+        assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
+                         r"(met|NOT met)$", result.stdout, re.M), result.stdout
