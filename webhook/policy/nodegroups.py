@@ -43,7 +43,6 @@ PER_NODE_LABELS: frozenset[str] = frozenset({
     "kubernetes.io/hostname",
     "nvidia.com/gfd.timestamp",
     "alpha.eksctl.io/instance-id",
-    "node.kubernetes.io/instance-id",
     "topology.k8s.aws/network-node-layer-1",
     "topology.k8s.aws/network-node-layer-2",
     "topology.k8s.aws/network-node-layer-3",
