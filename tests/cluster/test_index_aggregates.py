@@ -62,3 +62,13 @@ async def test_usage_and_node_groups_follow_watch_events(api: FakeApiServer, mak
     await eventually(lambda: _held(index, "a") == {("", frozenset({H100}), "nvidia.com/gpu"): Decimal(4)},
                      what="sums after a relist")
     assert _agrees(index)
+
+
+async def test_the_default_quota_labels_are_summed_before_any_admission_asks(
+    api: FakeApiServer, make_index: MakeIndex
+) -> None:
+    api.add_many([builders.namespace("ml", team="a"), builders.pod("p1", "ml", gpus=2)])
+    index = await make_index(resources=["namespaces", "pods"])
+    assert await index.wait_synced(5)
+    usage = index.gpu_usage(MODEL)  # asks for no team label, yet the default one is there
+    assert dict(usage.in_team("team", "a")) == {("", None, "nvidia.com/gpu"): Decimal(2)}

@@ -26,6 +26,7 @@ from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.policy.aggregates import Aggregates
 from webhook.policy.nodegroups import NodeGroup
 from webhook.policy.usage import UsageView
+from webhook.policy.validation_settings import QuotaLimit, QuotaRule
 from webhook.policy.view import RESOURCES, Availability, Object, Resource
 
 _POLL = 0.02  # seconds between checks in wait_synced() and stop()
@@ -58,6 +59,11 @@ class ClusterIndex:
         self.settings = settings or WatchSettings()
         self._clock = clock
         self._aggregates = Aggregates()
+        # The quota rule's default labels are summed from the first list on, in
+        # the watch threads: the first admission with caps then finds them ready
+        # instead of working them out on the event loop (~0.5 s at 30,000 GPU pods).
+        self._aggregates.gpu_usage(
+            QuotaRule.model_fields["modelLabel"].default, [QuotaLimit.model_fields["teamLabel"].default])
         rng = rng or random.Random()
         self._watches = {
             r: ResourceWatch(
