@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit
+.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,16 @@ bench bench-engine: $(STAMP)
 
 bench-audit: $(STAMP)
 	$(BIN)/python bench/audit.py
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
+
+bench-index: $(STAMP)
+	$(BIN)/python bench/index.py
+
+# h2load drives the servers (Debian package nghttp2-client)
+bench-server: $(STAMP)
+	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
+	$(BIN)/python bench/server.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,27 +74,52 @@ def _large_cluster(nodes: int = 2000, pods: int = 8000, namespaces: int = 50) ->
     return SnapshotView.from_objects(objects, known=("resourcequotas",))
 
 
-def _with_quota_caps() -> loader.PolicySet:
-    """The shipped policies with namespace, team and model caps enforced."""
+def with_quota_caps(limits: list[dict[str, Any]]) -> loader.PolicySet:
+    """The shipped policies with these GPU quota caps enforced."""
     documents = []
     for file in sorted((REPO / "policies").glob("*.yaml")):
         for doc in yaml.safe_load_all(file.read_text()):
             if doc and doc.get("kind") == "GPUPolicy" and doc["metadata"]["name"] == "gpu-validations":
-                doc["spec"]["rules"]["quota"].update(mode="enforce", limits=[
-                    {"scope": "namespace", "namespaces": ["ml-*"], "max": 1000},
-                    {"scope": "team", "teamLabel": "team", "max": 5000},
-                    {"scope": "namespace", "model": "NVIDIA-H100-80GB-HBM3", "max": 1000},
-                ])
+                doc["spec"]["rules"]["quota"].update(mode="enforce", limits=limits)
             if doc:
                 documents.append(doc)
     return loader.load_text(yaml.safe_dump_all(documents), "shipped+caps")
 
 
 def large(text: str) -> None:
-    view, policies = _large_cluster(), _with_quota_caps()
+    view, policies = _large_cluster(), with_quota_caps([
+        {"scope": "namespace", "namespaces": ["ml-*"], "max": 1000},
+        {"scope": "team", "teamLabel": "team", "max": 5000},
+        {"scope": "namespace", "model": "NVIDIA-H100-80GB-HBM3", "max": 1000},
+    ])
     request = replace(parse_review(text).request, namespace="ml-0")
     samples = _median_seconds(lambda: engine.evaluate(policies, request, view, "validate"), 15, 1)
     print(f"validate, 2000 nodes + 8000 GPU pods, quota caps on: median {statistics.median(samples) * 1e3:.1f} ms")
+
+
+def _pod_with(containers: int) -> Request:
+    """A pod of ``containers`` GPU containers (a one-GPU worker each)."""
+    return Request.for_object({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wide", "namespace": "ml"}, "spec": {
+        "containers": [{"name": f"w{i}", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                        "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"}}}
+                       for i in range(containers)]}})  # fmt: skip
+
+
+def slope(policies: loader.PolicySet, rounds: int) -> None:
+    """Evaluation cost against the number of GPU containers: 1, 10, 100."""
+    sizes = (1, 10, 100)
+    requests = {n: _pod_with(n) for n in sizes}
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(rounds):
+        for n, request in requests.items():
+            samples[n].extend(_median_seconds(partial(engine.evaluate, policies, request, EMPTY_VIEW, "mutate"), 1, 20))
+    medians = {n: statistics.median(v) for n, v in samples.items()}
+    per = (medians[100] - medians[1]) / 99
+    for n in sizes:
+        print(f"evaluate pod of {n:3} GPU containers     median {medians[n] * 1e6:8.1f} us")
+    linear = medians[1] + 9 * per
+    print(f"per-container slope 1->100: {per * 1e6:.1f} us; at 10 containers {medians[10] * 1e6:.0f} us "
+          f"against {linear * 1e6:.0f} us on the line ({medians[10] / linear:.2f}x)")
 
 
 def main() -> None:
@@ -130,6 +156,7 @@ def main() -> None:
         print(f"{name:32} median {median * 1e6:8.1f} us   ratio {median / base:5.2f}x")
     ratio = statistics.median(samples["evaluate 4-GPU training pod"]) / base
     print(f"target: evaluate <= 0.50x baseline -> {'met' if ratio <= 0.5 else 'NOT met'} ({ratio:.2f}x)")
+    slope(policies, max(3, args.rounds // 3))
     if args.large:
         large(text)
 

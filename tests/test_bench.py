@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,3 +24,40 @@ def test_bench_engine_prints_every_case_and_the_target_verdict() -> None:
         assert re.search(rf"^{re.escape(case)}\s+median\s+[\d.]+ us\s+ratio\s+[\d.]+x$", out, re.M), out
     assert re.search(r"^target: evaluate <= 0.50x baseline -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
     assert re.search(r"^validate, 2000 nodes \+ 8000 GPU pods, quota caps on: median [\d.]+ ms$", out, re.M), out
+
+
+def test_bench_scale_prints_both_clusters_and_the_ratio() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/scale.py", "--rounds", "1", "--batch", "1", "--nodes", "200", "--pods", "2000"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    out = result.stdout
+    assert re.search(r"^mutation against the fleet: \d+ patch operations, steered: True$", out, re.M), out
+    for case in ("10 nodes", "200 nodes / 2,000 pods"):
+        assert re.search(rf"^mutate\+validate, {re.escape(case)}\s+median\s+[\d.]+ us$", out, re.M), out
+    assert re.search(r"^target: fleet <= 1.50x 10 nodes -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
+
+
+def test_bench_index_syncs_a_real_server_and_prints_event_costs() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/index.py", "--rounds", "1", "--nodes", "50", "--pods", "2000"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    out = result.stdout
+    assert re.search(r"^server start to /readyz: [\d.]+ s \(target <= 30 s: (met|NOT met)\); "
+                     r"server CPU time meanwhile: [\d.]+ s", out, re.M), out
+    assert re.search(r"^server RSS: peak \d+ MB, after sync \d+ MB", out, re.M), out
+    for pods in ("10,000", "100,000"):
+        assert re.search(rf"^one pod watch event, +{pods} pods in the index: median +[\d.]+ us$", out, re.M), out
+    assert re.search(r"^ratio 100,000 / 10,000 pods: [\d.]+x$", out, re.M), out
+
+
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (nghttp2-client) is installed by make bench-server")
+def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/server.py", "--rounds", "1", "--requests", "200"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    for case in ("training pod", "Deployment", "20-container pod", "pod without GPU"):
+        assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
+                         r"(met|NOT met)$", result.stdout, re.M), result.stdout

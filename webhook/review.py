@@ -8,7 +8,8 @@ into the response kube-apiserver expects (FACTS.md §6).
 from __future__ import annotations
 
 import base64
-import json
+
+import orjson
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -57,11 +58,11 @@ class Review:
 def parse_review(body: bytes | str) -> Review:
     """Decode and check an AdmissionReview body; ReviewError says what is wrong."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # orjson: several times faster than json on the large objects reviews carry;
+        # it refuses invalid UTF-8, NaN and nesting past 1024 levels, as it should
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise ReviewError(f"request body is not JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise ReviewError("request body is nested too deeply") from exc
     if not isinstance(data, dict):
         raise ReviewError("request body is not a JSON object")
     api_version = data.get("apiVersion")
@@ -131,7 +132,12 @@ def build_response(review: Review, decision: Decision, *, mutating: bool) -> Rev
 
 
 def encode_patch(ops: Any) -> str:
-    return base64.b64encode(json.dumps(list(ops), separators=(",", ":")).encode()).decode()
+    return base64.b64encode(orjson.dumps(list(ops), option=orjson.OPT_NON_STR_KEYS)).decode()
+
+
+def encode(payload: object) -> bytes:
+    """A response body: compact JSON."""
+    return orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
 
 
 def limit_warnings(warnings: Any) -> list[str]:

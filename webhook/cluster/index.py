@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
@@ -20,8 +21,12 @@ from prometheus_client import CollectorRegistry
 from webhook.cluster import kinds, pods
 from webhook.cluster.metrics import IndexCollector, Reading
 from webhook.cluster.state import ResourceState
-from webhook.cluster.store import CLUSTER, Snapshot
+from webhook.cluster.store import CLUSTER, Listener, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
+from webhook.policy.aggregates import Aggregates
+from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.usage import UsageView
+from webhook.policy.validation_settings import QuotaLimit, QuotaRule
 from webhook.policy.view import RESOURCES, Availability, Object, Resource
 
 _POLL = 0.02  # seconds between checks in wait_synced() and stop()
@@ -53,6 +58,12 @@ class ClusterIndex:
             raise ValueError(f"cannot watch {', '.join(sorted(unknown))}: not one of {', '.join(RESOURCES)}")
         self.settings = settings or WatchSettings()
         self._clock = clock
+        self._aggregates = Aggregates()
+        # The quota rule's default labels are summed from the first list on, in
+        # the watch threads: the first admission with caps then finds them ready
+        # instead of working them out on the event loop (~0.5 s at 30,000 GPU pods).
+        self._aggregates.gpu_usage(
+            QuotaRule.model_fields["modelLabel"].default, [QuotaLimit.model_fields["teamLabel"].default])
         rng = rng or random.Random()
         self._watches = {
             r: ResourceWatch(
@@ -62,6 +73,7 @@ class ClusterIndex:
                 self.settings,
                 clock=clock,
                 rng=random.Random(rng.random()),
+                listener=_listener(self._aggregates, r),
             )
             for r in RESOURCES
             if r in wanted
@@ -156,3 +168,30 @@ class ClusterIndex:
 
     def runtime_class(self, name: str) -> Object | None:
         return self._snapshot("runtimeclasses").get(CLUSTER, name)
+
+    def node_groups(self) -> Sequence[NodeGroup]:
+        return self._aggregates.node_groups()
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        return self._aggregates.gpu_usage(model_label, team_labels)
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """The store writes of one resource, passed on to the aggregates."""
+
+    put: Callable[[Object], None]
+    discard: Callable[[str, str], None]  # (namespace, name)
+    replace: Callable[[Iterable[Object]], None]
+
+
+def _listener(aggregates: Aggregates, resource: Resource) -> Listener | None:
+    """Nodes, namespaces and pods keep the aggregates current; the other resources have none."""
+    if resource == "pods":
+        return _Feed(aggregates.put_pod, aggregates.discard_pod, aggregates.replace_pods)
+    if resource == "nodes":
+        return _Feed(aggregates.put_node, lambda _, name: aggregates.discard_node(name), aggregates.replace_nodes)
+    if resource == "namespaces":
+        return _Feed(aggregates.put_namespace, lambda _, name: aggregates.discard_namespace(name),
+                     aggregates.replace_namespaces)
+    return None

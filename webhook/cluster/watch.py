@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -34,7 +35,7 @@ from webhook.cluster.backoff import Backoff
 from webhook.cluster.kinds import Kind, Shaper
 from webhook.cluster.pods import Raw
 from webhook.cluster.state import ResourceState
-from webhook.cluster.store import Store, key_of
+from webhook.cluster.store import Listener, Store, key_of
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,10 @@ class ResourceWatch:
         *,
         clock: Callable[[], float],
         rng: random.Random,
+        listener: Listener | None = None,
     ) -> None:
         self.kind = kind
-        self.store = Store()
+        self.store = Store(listener)
         self.state = ResourceState()
         self._lister = lister
         self._shape = shape
@@ -221,7 +223,7 @@ class ResourceWatch:
             _request_timeout=(self._settings.connect_timeout, self._settings.read_timeout),
         )
         with self._holding(response):
-            page = json.loads(response.data)
+            page = orjson.loads(response.data)  # several times faster than json on a 100k-pod list
         if not isinstance(page, dict):
             raise ValueError("list response is not a JSON object")
         return page
@@ -242,7 +244,7 @@ class ResourceWatch:
             try:
                 for line in iter_resp_lines(response):
                     if line.strip():
-                        self._apply(json.loads(line))
+                        self._apply(orjson.loads(line))
             except (urllib3.exceptions.ProtocolError, StreamError):
                 # The stream was alive until it broke, just now; a read timeout proves nothing.
                 self._update(last_success=self._clock())

@@ -19,32 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
-from webhook.policy import quantity
+from webhook.policy import cuda, nodegroups, quantity
 from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
 
-#: taints that describe a node's current condition (kubernetes pkg/apis/core
-#: well_known_taints.go), not what the node can run: ignored by the filter
-CONDITION_TAINTS: frozenset[str] = frozenset(
-    f"node.kubernetes.io/{key}"
-    for key in ("not-ready", "unreachable", "unschedulable", "memory-pressure", "disk-pressure",
-                "pid-pressure", "network-unavailable", "out-of-service")
-)
-
-
-def node_name(node: Object) -> str:
-    meta = node.get("metadata")
-    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
-
-
-def node_labels(node: Object) -> Mapping[str, str]:
-    """The node's labels as served (not copied: this runs for every node on every request)."""
-    meta = node.get("metadata")
-    raw = meta.get("labels") if isinstance(meta, Mapping) else None
-    return raw if isinstance(raw, Mapping) else {}
+CONDITION_TAINTS = nodegroups.CONDITION_TAINTS
+node_name = nodegroups.name_of
+#: the node's labels as served (not copied: this runs for every group or node on every request)
+node_labels = nodegroups.labels_of
 
 
 def allocatable(node: Object, resource: str) -> Decimal:
@@ -94,14 +79,13 @@ def _term(term: Any) -> Term:
     return (exprs, fields) if exprs or fields else None  # an empty term matches nothing
 
 
-def _term_admits(term: Term, node: Object) -> bool:
+def _term_admits(term: Term, labels: Mapping[str, Any], name: str) -> bool:
     if term is None:
         return False
     exprs, fields = term
-    labels = node_labels(node)
     if not all(_holds(e, labels) for e in exprs):
         return False
-    return not fields or all(_holds(f, {"metadata.name": node_name(node)}) for f in fields)
+    return not fields or all(_holds(f, {"metadata.name": name}) for f in fields)
 
 
 def tolerates(toleration: Object, taint: Object) -> bool:
@@ -117,22 +101,25 @@ def tolerates(toleration: Object, taint: Object) -> bool:
     return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def _taints_tolerated(held: list[Object], node: Object) -> bool:
-    spec = node.get("spec")
-    if not isinstance(spec, Mapping):
-        return True
-    for taint in sublist(spec, "taints"):
-        if (
-            isinstance(taint, Mapping)
-            and taint.get("effect") in ("NoSchedule", "NoExecute")
-            and taint.get("key") not in CONDITION_TAINTS
-        ):
-            for toleration in held:
-                if tolerates(toleration, taint):
-                    break
-            else:
-                return False
+def _taints_tolerated(held: list[Object], taints: Iterable[Object]) -> bool:
+    for taint in taints:
+        for toleration in held:
+            if tolerates(toleration, taint):
+                break
+        else:
+            return False
     return True
+
+
+_ZERO = Decimal(0)
+
+
+class Placement(NamedTuple):
+    """Nodes alike for the filter and the node rules: one of them, how many, and their driver."""
+
+    node: Object
+    nodes: int  # how many nodes it stands for
+    driver: cuda.DriverVersion | None
 
 
 class NodeFilter:
@@ -155,25 +142,54 @@ class NodeFilter:
         held = [*sublist(spec, "tolerations"), *extra_tolerations]
         self.tolerations = [t for t in held if isinstance(t, Mapping)]
         self.needs = [(name, max(count, Decimal(1))) for name, count in needs.items()]
+        #: the pod asks about something that differs from node to node within a group
+        self.per_node = bool(self.pinned) or _per_node(self.selector, self.terms, self.needs)
 
     def admits(self, node: Any) -> bool:
         if not isinstance(node, Mapping):
             return False
-        if self.pinned and node_name(node) != self.pinned:
+        name = node_name(node)
+        if self.pinned and name != self.pinned:
             return False
-        if self.selector:
-            labels = node_labels(node)
-            for key, value in self.selector:
-                if labels.get(key) != value:
-                    return False
-        if self.terms is not None and not any(_term_admits(t, node) for t in self.terms):
+        if not self._labels_fit(node_labels(node), name):
             return False
-        if not _taints_tolerated(self.tolerations, node):
+        if not _taints_tolerated(self.tolerations, nodegroups.blocking_taints(node)):
             return False
-        return all(allocatable(node, name) >= count for name, count in self.needs)
+        return all(allocatable(node, resource) >= count for resource, count in self.needs)
+
+    def _labels_fit(self, labels: Mapping[str, Any], name: str) -> bool:
+        for key, value in self.selector:
+            if labels.get(key) != value:
+                return False
+        return self.terms is None or any(_term_admits(t, labels, name) for t in self.terms)
+
+    def _group_admits(self, traits: nodegroups.Traits) -> bool:
+        """admits() on what a group's members share (read once per group, not per request)."""
+        if not self._labels_fit(traits.labels, ""):
+            return False
+        if not _taints_tolerated(self.tolerations, traits.taints):
+            return False
+        amounts = traits.amounts
+        return all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs)
 
     def select(self, nodes: Iterable[Object]) -> list[Object]:
         return [node for node in nodes if self.admits(node)]
+
+    def placements(self, groups: Iterable[nodegroups.NodeGroup]) -> list[Placement]:
+        """Every kind of node the pod could land on: (node, how many such nodes, their driver).
+
+        A whole group answers through its shape (the count is its size)
+        unless the pod asks about what differs per node; then each admitted
+        member answers for itself, with count 1.
+        """
+        if not self.per_node:
+            return [Placement(g.shape, len(g.members), g.traits.driver) for g in groups if self._group_admits(g.traits)]
+        if self.pinned:
+            name = str(self.pinned)
+            found = [g.members[name] for g in groups if name in g.members]
+        else:
+            found = [node for g in groups for node in g.members.values()]
+        return [Placement(n, 1, cuda.node_driver(node_labels(n))) for n in found if self.admits(n)]
 
 
 def eligible_nodes(
@@ -181,6 +197,17 @@ def eligible_nodes(
 ) -> list[Object]:
     """Nodes the pod could be scheduled to (or, with nodeName, run on)."""
     return NodeFilter(spec, needs, extra_tolerations).select(nodes)
+
+
+def _per_node(selector: list[tuple[str, str]], terms: list[Term] | None, needs: list[tuple[str, Decimal]]) -> bool:
+    if any(key in nodegroups.PER_NODE_LABELS for key, _ in selector):
+        return True
+    if any(not nodegroups.is_extended(name) for name, _ in needs):
+        return True
+    for term in terms or ():
+        if term is not None and (term[1] or any(key in nodegroups.PER_NODE_LABELS for key, _, _ in term[0])):
+            return True
+    return False
 
 
 def _integer(text: str) -> int | None:

@@ -18,10 +18,14 @@ status.phase.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
+
+from webhook.policy.aggregates import Aggregates
+from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.usage import UsageView
 
 Object = Mapping[str, Any]
 
@@ -74,6 +78,12 @@ class ClusterView(Protocol):
     def runtime_class(self, name: str) -> Object | None:
         """The RuntimeClass of that name, or None."""
 
+    def node_groups(self) -> Sequence[NodeGroup]:
+        """All nodes, grouped by what the node filter reads (``webhook.policy.nodegroups``)."""
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        """GPUs held per namespace, and per team for each team label (``webhook.policy.usage``)."""
+
 
 @dataclass(frozen=True)
 class SnapshotView:
@@ -117,29 +127,57 @@ class SnapshotView:
     def _of(self, kind: str) -> tuple[Object, ...]:
         return self.objects_by_kind.get(kind, ())
 
+    @cached_property
+    def _by_name(self) -> dict[str, dict[str | None, Object]]:
+        """Cluster-scoped objects by kind and name (the first of a repeated name, as a scan finds)."""
+        found: dict[str, dict[str | None, Object]] = {}
+        for kind in ("Namespace", "PriorityClass", "RuntimeClass"):
+            named = found[kind] = {}
+            for obj in self._of(kind):
+                named.setdefault(_name(obj), obj)
+        return found
+
+    @cached_property
+    def _in_namespace(self) -> dict[str, dict[str | None, list[Object]]]:
+        """Pods and quotas by kind and namespace, in snapshot order."""
+        found: dict[str, dict[str | None, list[Object]]] = {}
+        for kind in ("Pod", "ResourceQuota"):
+            by_namespace = found[kind] = {}
+            for obj in self._of(kind):
+                by_namespace.setdefault(_namespace(obj), []).append(obj)
+        return found
+
+    @cached_property
+    def _aggregates(self) -> Aggregates:
+        aggregates = Aggregates()
+        aggregates.replace_nodes(self._of("Node"))
+        aggregates.replace_namespaces(self._of("Namespace"))
+        aggregates.replace_pods(self._of("Pod"))
+        return aggregates
+
     def namespace(self, name: str) -> Object | None:
-        return _by_name(self._of("Namespace"), name)
+        return self._by_name["Namespace"].get(name)
 
     def nodes(self) -> Iterable[Object]:
         return self._of("Node")
 
     def pods(self, namespace: str | None = None) -> Iterable[Object]:
-        return [
-            p
-            for p in self._of("Pod")
-            if namespace is None or p.get("metadata", {}).get("namespace") == namespace
-        ]
+        return list(self._of("Pod")) if namespace is None else self._in_namespace["Pod"].get(namespace, [])
 
     def resource_quotas(self, namespace: str) -> Iterable[Object]:
-        return [
-            q for q in self._of("ResourceQuota") if q.get("metadata", {}).get("namespace") == namespace
-        ]
+        return self._in_namespace["ResourceQuota"].get(namespace, [])
 
     def priority_class(self, name: str) -> Object | None:
-        return _by_name(self._of("PriorityClass"), name)
+        return self._by_name["PriorityClass"].get(name)
 
     def runtime_class(self, name: str) -> Object | None:
-        return _by_name(self._of("RuntimeClass"), name)
+        return self._by_name["RuntimeClass"].get(name)
+
+    def node_groups(self) -> Sequence[NodeGroup]:
+        return self._aggregates.node_groups()
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        return self._aggregates.gpu_usage(model_label, team_labels)
 
 
 #: what rules see without any cluster access (server --no-cluster or no credentials)
@@ -173,8 +211,16 @@ def flatten_lists(objects: Iterable[Object]) -> Iterable[Object]:
             yield obj
 
 
-def _by_name(objects: Iterable[Object], name: str) -> Object | None:
-    for obj in objects:
-        if obj.get("metadata", {}).get("name") == name:
-            return obj
-    return None
+def _name(obj: Object) -> str | None:
+    return _meta_text(obj, "name")
+
+
+def _namespace(obj: Object) -> str | None:
+    return _meta_text(obj, "namespace")
+
+
+def _meta_text(obj: Object, key: str) -> str | None:
+    """A metadata string; None for anything else, which no lookup by name can match."""
+    meta = obj.get("metadata")
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else None

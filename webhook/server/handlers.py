@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -50,7 +49,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
 
 
 def _json(payload: object) -> web.Response:
-    return web.Response(body=json.dumps(payload, separators=(",", ":")), content_type="application/json")
+    return web.Response(body=review.encode(payload), content_type="application/json")
 
 
 def internal_error(phase: Phase) -> Decision:

@@ -40,12 +40,20 @@ class _Need:
 
 @dataclass
 class _Nodes:
-    """The nodes the pod could land on, sorted by whether their driver runs it."""
+    """The kinds of node the pod could land on, sorted by whether their driver runs it.
+
+    Each list holds one node per kind (a node group's shape, or a node);
+    ``size`` says how many nodes a list stands for.
+    """
 
     eligible: list[Node] = field(default_factory=list)
     capable: list[Node] = field(default_factory=list)
     incapable: list[Node] = field(default_factory=list)
     unlabelled: list[Node] = field(default_factory=list)
+    counts: dict[int, int] = field(default_factory=dict)  # id(node) → how many nodes it stands for
+
+    def size(self, nodes: Sequence[Node]) -> int:
+        return sum(self.counts[id(n)] for n in nodes)
 
 
 def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
@@ -86,9 +94,12 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
 
 def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
     asks = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if c > 0}
-    result = _Nodes(eligible=scheduling.eligible_nodes(ctx.spec, ctx.view.nodes(), asks, _implied_tolerations(ctx, cfg)))
-    for node in result.eligible:
-        driver = cuda.node_driver(scheduling.node_labels(node))
+    node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg))
+    result = _Nodes()
+    # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike
+    for node, count, driver in node_filter.placements(ctx.view.node_groups()):
+        result.counts[id(node)] = count
+        result.eligible.append(node)
         if driver is None:
             result.unlabelled.append(node)
         elif all(_runs(cfg, need, node, driver) for need in needs):
@@ -130,15 +141,15 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
         ctx.report(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
                    "requests, so no driver was checked", path, mode=audit)
     elif not known:
-        ctx.report(f"{where}: {wants}; none of the {len(nodes.eligible)} nodes it could land on has a "
+        ctx.report(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
                    "driver-version label (GPU Feature Discovery), so none was checked", path, mode=audit)
     elif not nodes.capable:
         newest = max(_driver(n) for n in nodes.incapable)
-        message = (f"{where}: {wants}; the newest driver on the {len(known)} node(s) it could land on is "
+        message = (f"{where}: {wants}; the newest driver on the {nodes.size(known)} node(s) it could land on is "
                    f"{newest}{_runs_up_to(newest, cfg)}")
         severity.report(ctx, "warn" if nodes.unlabelled else "deny", message, path)
     elif nodes.incapable:
-        _partial(ctx, cfg, f"{where}: {wants}; only {len(nodes.capable)} of {len(known)} node(s) it could "
+        _partial(ctx, cfg, f"{where}: {wants}; only {nodes.size(nodes.capable)} of {nodes.size(known)} node(s) it could "
                  f"land on have it ({_drivers(nodes.incapable)} on the others)", path)
 
 

@@ -11,7 +11,7 @@ which the API server charges atomically, is the hard backstop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fnmatch import fnmatchcase
@@ -21,6 +21,7 @@ from webhook.policy import gpu, match, resourcequota, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
+from webhook.policy.usage import UsageKey
 from webhook.policy.view import Resource
 
 PHASES = ("validate",)
@@ -64,13 +65,18 @@ def _counted(cap: QuotaLimit) -> gpu.ResourceMatcher:
 
 def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | None:
     """The group (namespace or team) the cap counts the pod in; None when it does not count it."""
-    if cap.priorityClasses and pod.priority not in cap.priorityClasses:
-        return None
-    if cap.model == "any" and pod.models is not None:
-        return None
-    if cap.model not in ("*", "any") and not any(fnmatchcase(m, cap.model) for m in pod.models or ()):
+    if not _counts(cap, pod.priority, pod.models):
         return None
     return _group(cap, pod.namespace, ns_labels)
+
+
+def _counts(cap: QuotaLimit, priority: str, models: frozenset[str] | None) -> bool:
+    """The cap counts pods of this priority class on these models (None: any model)."""
+    if cap.priorityClasses and priority not in cap.priorityClasses:
+        return False
+    if cap.model == "any":
+        return models is None
+    return cap.model == "*" or any(fnmatchcase(m, cap.model) for m in models or ())
 
 
 def _group(cap: QuotaLimit, namespace: str, ns_labels: Mapping[str, str]) -> str | None:
@@ -89,68 +95,30 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         if not availability.known:
             severity.unavailable(ctx, cfg, availability.reason, "GPU quota")
             return
-    labels_of = _namespace_labels(ctx)
-    groups = [(cap, _covers(cap, me, ctx.ns_labels)) for cap in caps]
-
-    seen: dict[str, bool] = {}
-
-    def relevant(namespace: str) -> bool:
-        if namespace not in seen:
-            seen[namespace] = any(_group(cap, namespace, labels_of(namespace)) == group for cap, group in groups)
-        return seen[namespace]
-
-    # only pods of the groups at stake are parsed: a large cluster has many
-    only_here = ctx.request.namespace if all(cap.scope == "namespace" for cap in caps) else None
-    pods = list(_running_pods(ctx, cfg, only_here, relevant, any(cap.model != "*" for cap in caps)))
-    for cap, group in groups:
+    # the sums the cluster view keeps per namespace and team (webhook.policy.usage):
+    # one small table per cap, however many pods the cluster runs
+    usage = ctx.view.gpu_usage(cfg.modelLabel, sorted({c.teamLabel for c in caps if c.scope == "team"}))
+    mine = usage.share(ctx.request.namespace, ctx.request.name) if ctx.request.name else None
+    for cap in caps:
+        group = str(_covers(cap, me, ctx.ns_labels))
+        held = usage.in_namespace(group) if cap.scope == "namespace" else usage.in_team(cap.teamLabel, group)
         counted = _counted(cap)
-        used = sum((_amount(counted, p.gpus) for p in pods if _covers(cap, p, labels_of(p.namespace)) == group),
-                   Decimal(0))
+        used = _held(cap, counted, ctx.is_gpu, held.items())
+        if mine is not None:  # the pod being updated does not count against itself
+            used -= _held(cap, counted, ctx.is_gpu, mine.amounts)
         ask = _amount(counted, me.gpus)
         if used + ask > cap.max:
-            ctx.report(f"{ctx.where()}: {_subject(cap, str(group))} uses {_n(used)} of {cap.max} {cap.resource}"
+            ctx.report(f"{ctx.where()}: {_subject(cap, group)} uses {_n(used)} of {cap.max} {cap.resource}"
                        f"{_qualifier(cap)}; this pod asks for {_n(ask)}", pointer(ctx.spec_path("containers")))
 
 
-def _running_pods(
-    ctx: RuleContext, cfg: QuotaRule, namespace: str | None, relevant: Callable[[str], bool], with_models: bool
-) -> Iterator[_Pod]:
-    """Pods that hold GPUs now (Pending or Running, not being deleted, not this pod) of relevant namespaces."""
-    models_of = _node_models(ctx, cfg) if with_models else {}
-    for pod in ctx.view.pods(namespace):
-        meta = _map(pod.get("metadata"))
-        pod_namespace = str(meta.get("namespace") or "")
-        if not relevant(pod_namespace) or meta.get("deletionTimestamp"):
-            continue
-        if ctx.request.name and (pod_namespace, meta.get("name")) == (ctx.request.namespace, ctx.request.name):
-            continue
-        spec, status = _map(pod.get("spec")), _map(pod.get("status"))
-        if status.get("phase") in ("Succeeded", "Failed"):
-            continue
-        models = None
-        if with_models:
-            models = models_of.get(str(spec.get("nodeName") or "")) or scheduling.label_values(spec, cfg.modelLabel)
-        yield _Pod(pod_namespace, models, str(spec.get("priorityClassName") or ""), gpu.pod_gpus(spec, ctx.is_gpu))
-
-
-def _node_models(ctx: RuleContext, cfg: QuotaRule) -> dict[str, frozenset[str]]:
-    """Node name → its model, for pods already bound to a node (when nodes are known)."""
-    if not ctx.view.availability("nodes").known:
-        return {}
-    labelled = ((scheduling.node_name(n), scheduling.node_labels(n).get(cfg.modelLabel)) for n in ctx.view.nodes())
-    return {name: frozenset({str(model)}) for name, model in labelled if model}
-
-
-def _namespace_labels(ctx: RuleContext) -> Callable[[str], dict[str, str]]:
-    cache: dict[str, dict[str, str]] = {ctx.request.namespace: dict(ctx.ns_labels)}
-
-    def labels_of(namespace: str) -> dict[str, str]:
-        if namespace not in cache:
-            raw = _map(_map(ctx.view.namespace(namespace)).get("metadata")).get("labels")
-            cache[namespace] = {str(k): str(v) for k, v in _map(raw).items()}
-        return cache[namespace]
-
-    return labels_of
+def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMatcher,
+          amounts: Iterable[tuple[UsageKey, Decimal]]) -> Decimal:
+    total = Decimal(0)
+    for (priority, models, resource), count in amounts:
+        if counted(resource) and is_gpu(resource) and _counts(cap, priority, models):
+            total += count
+    return total
 
 
 def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, Decimal]) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from webhook.policy import gpu, mig, quantity, scheduling, severity
+from webhook.policy import gpu, mig, quantity, severity
 from webhook.policy.context import RuleContext
-from webhook.policy.patch import submap, pointer
+from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import ResourceShapeRule
 
 PHASES = ("validate",)
@@ -95,7 +95,7 @@ def _advertised(ctx: RuleContext, resource: str) -> bool:
     """Does a node of the cluster offer this resource (when the view knows the nodes)?"""
     if not ctx.view.availability("nodes").known:
         return False
-    return any(resource in submap(submap(node, "status"), "allocatable") for node in ctx.view.nodes())
+    return any(group.offers(resource) for group in ctx.view.node_groups())
 
 
 def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: str, path: str) -> None:
@@ -137,10 +137,9 @@ def _cap_for(caps: Mapping[str, int], name: str) -> int | None:
 
 
 def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
-    nodes = list(ctx.view.nodes())
+    groups = ctx.view.node_groups()
     for name, count in sorted(counts.items()):
-        offers = [(scheduling.allocatable(n, name), scheduling.node_name(n)) for n in nodes]
-        largest, node = max(offers, default=(Decimal(0), ""))
+        largest, node = max((group.largest(name) for group in groups), default=(Decimal(0), ""))
         # no node offers it at all: an autoscaler may add one, so say nothing
         if largest > 0 and count > largest:
             ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod, more than any node offers "

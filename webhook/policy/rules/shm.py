@@ -87,7 +87,9 @@ def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
     resources = container.get("resources")
     limits = resources.get("limits") if type(resources) is dict else None
     limit = limits.get("memory") if type(limits) is dict else None
-    if type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
+    if limit is None:
+        limit = ""  # no limit sizes as an empty (invalid) one does, and is as common as any
+    elif type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
         return _compute_size(limit, cfg)
     memo = cfg.size_memo
     size = memo.get(limit)

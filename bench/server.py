@@ -1,0 +1,177 @@
+"""Benchmark: requests per second of one gpu-admission process against a null webhook.
+
+Both servers run pinned to CPU 0, over TLS with the same certificate; h2load
+(HTTP/1.1, keep-alive, 20 connections) drives them from CPU 1. The null
+webhook is a bare aiohttp server that parses the review and answers
+"allowed": what any Python webhook must do at least. Rounds alternate
+between the two servers and the payloads, so machine noise hits all alike;
+it prints median throughput and p99 latency and their ratios.
+
+Targets: >= 0.85x on the training pod and the Deployment, >= 0.8x on the
+20-container pod, >= 0.97x on the pod without GPU; p99 <= 1.25x on each.
+
+    make bench-server            # or: python bench/server.py [--rounds N --requests M]
+
+Needs h2load (Debian: nghttp2-client; `make bench-server` installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared/corpus/admissionreviews/kube-apiserver-1.36"
+TARGETS = {"training pod": 0.85, "Deployment": 0.85, "20-container pod": 0.8, "pod without GPU": 0.97}
+P99_TARGET = 1.25
+
+
+def null_webhook(port: int, cert: str, key: str) -> None:
+    """Parse the review, answer allowed: the floor for any Python webhook (runs in a child process)."""
+    from aiohttp import web
+
+    async def review(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        uid = body["request"]["uid"]
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": uid, "allowed": True}})
+
+    async def ready(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/mutate", review)
+    app.router.add_get("/readyz", ready)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
+
+
+def payloads() -> dict[str, dict[str, Any]]:
+    training = json.loads((CORPUS / "000_mutate_create_pods_.json").read_text())
+    deployment = json.loads((CORPUS / "006_mutate_create_deployments_.json").read_text())
+    wide = copy.deepcopy(training)
+    first = wide["request"]["object"]["spec"]["containers"][0]
+    wide["request"]["object"]["spec"]["containers"] = [
+        {**copy.deepcopy(first), "name": f"worker-{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(20)
+    ]
+    plain = copy.deepcopy(training)
+    for container in plain["request"]["object"]["spec"]["containers"]:
+        container["image"] = "nginx:1.27"
+        for field in ("limits", "requests"):
+            container.get("resources", {}).get(field, {}).pop("nvidia.com/gpu", None)
+    return {"training pod": training, "Deployment": deployment, "20-container pod": wide, "pod without GPU": plain}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("a server exited before it was ready")
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise SystemExit("a server did not become ready")
+
+
+def h2load(port: int, payload: Path, requests: int, log: Path) -> tuple[float, float]:
+    """(requests per second, p99 latency in ms) of one h2load run from CPU 1."""
+    out = subprocess.run(
+        ["taskset", "-c", "1", "h2load", "--h1", "-n", str(requests), "-c", "20", "-t", "1",
+         "-H", "content-type: application/json", "-d", str(payload), "--log-file", str(log),
+         f"https://127.0.0.1:{port}/mutate"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    if f"{requests} succeeded" not in out:
+        raise SystemExit(f"h2load: not every request succeeded:\n{out}")
+    rate = float(out.split(" req/s")[0].rsplit(" ", 1)[1])
+    durations = sorted(int(line.split()[2]) for line in log.read_text().splitlines() if line.strip())
+    return rate, durations[int(len(durations) * 0.99)] / 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--null-webhook", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.null_webhook:
+        null_webhook(int(args.null_webhook[0]), args.null_webhook[1], args.null_webhook[2])
+        return
+    if shutil.which("h2load") is None:
+        raise SystemExit("h2load not found: apt-get install nghttp2-client (make bench-server does it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        run(Path(tmp), args.rounds, args.requests)
+
+
+def run(tmp: Path, rounds: int, requests: int) -> None:
+    gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
+    subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
+                   check=True, capture_output=True)
+    cert, key = str(tmp / "tls.crt"), str(tmp / "tls.key")
+    ports = {"gpu-admission": _free_port(), "null": _free_port()}
+    servers = {
+        "gpu-admission": subprocess.Popen(
+            ["taskset", "-c", "0", gpu_admission, "--log-level", "WARNING", "serve", "--no-cluster",
+             "--policies", str(REPO / "policies"), "--host", "127.0.0.1", "--port", str(ports["gpu-admission"]),
+             "--tls-cert", cert, "--tls-key", key], cwd=tmp),
+        "null": subprocess.Popen(["taskset", "-c", "0", sys.executable, __file__, "--null-webhook",
+                                  str(ports["null"]), cert, key], cwd=tmp),
+    }
+    try:
+        for name, process in servers.items():
+            _wait_ready(ports[name], process)
+        files: dict[str, Path] = {}
+        for case, review in payloads().items():
+            files[case] = tmp / f"{len(files)}.json"
+            files[case].write_text(json.dumps(review))
+        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for _ in range(rounds):
+            for case, file in files.items():
+                for name in ("null", "gpu-admission"):
+                    results.setdefault((case, name), []).append(h2load(ports[name], file, requests, tmp / "log"))
+        report(files, results)
+    finally:
+        for process in servers.values():
+            process.terminate()
+            process.wait(30)
+
+
+def report(files: dict[str, Path], results: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
+    print(f"{'payload':18} {'bytes':>7} {'null req/s':>11} {'ours req/s':>11} {'ratio':>6} {'target':>7} "
+          f"{'null p99':>9} {'our p99':>8} {'ratio':>6}")
+    for case, file in files.items():
+        null, ours = results[(case, "null")], results[(case, "gpu-admission")]
+        rate = (statistics.median(r for r, _ in null), statistics.median(r for r, _ in ours))
+        p99 = (statistics.median(p for _, p in null), statistics.median(p for _, p in ours))
+        ratio, tail = rate[1] / rate[0], p99[1] / p99[0]
+        verdict = "met" if ratio >= TARGETS[case] and tail <= P99_TARGET else "NOT met"
+        print(f"{case:18} {file.stat().st_size:7} {rate[0]:11.0f} {rate[1]:11.0f} {ratio:5.2f}x {TARGETS[case]:6.2f}x "
+              f"{p99[0]:7.1f}ms {p99[1]:6.1f}ms {tail:5.2f}x  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The per-snapshot aggregates answer exactly what a scan of the same objects answers.
+
+Node groups against the per-node specification of the node filter
+(tests/test_node_filter.py); GPU usage per namespace and team against a sum
+over every pod, after random sequences of watch events (ADDED/MODIFIED,
+DELETED, relists) in which pods change phase and node and nodes change model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_node_filter import NEEDS, SPEC, nodes, reference
+from webhook.policy import cuda, gpu, nodegroups, scheduling
+from webhook.policy.aggregates import Aggregates
+from webhook.policy.usage import UsageKey
+
+MODEL = "nvidia.com/gpu.product"
+TEAM = "team"
+
+
+def _projection(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the filter and the node rules read of a node, less its name and per-node labels."""
+    labels = sorted((repr(k), repr(v)) for k, v in scheduling.node_labels(node).items()
+                    if k not in nodegroups.PER_NODE_LABELS)
+    taints = sorted(repr(sorted(t.items(), key=repr)) for t in nodegroups.blocking_taints(node))
+    status = node.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, Mapping) else {}
+    extended = sorted((k, repr(v)) for k, v in (allocatable or {}).items() if nodegroups.is_extended(k))
+    return tuple(labels), tuple(taints), tuple(extended)
+
+
+def _newest_driver(found: Iterable[Mapping[str, Any]]) -> cuda.DriverVersion | None:
+    drivers = [d for d in (cuda.node_driver(scheduling.node_labels(n)) for n in found) if d is not None]
+    return max(drivers, default=None)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=SPEC, node_list=nodes(), needs=NEEDS, tolerate_all=st.booleans())
+def test_node_groups_place_a_pod_as_the_per_node_filter_does(
+    spec: dict[str, Any], node_list: list[Any], needs: dict[str, Decimal], tolerate_all: bool
+) -> None:
+    extra = [{"operator": "Exists"}] if tolerate_all else []
+    # a name twice (a hand-written snapshot): the later node wins, as applying the file would do
+    unique = list({scheduling.node_name(n): n for n in node_list if isinstance(n, Mapping)}.values())
+    expected = reference(spec, unique, needs, extra)
+    placed = scheduling.NodeFilter(spec, needs, extra).placements(nodegroups.NodeGroups(node_list).groups)
+    assert sum(p.nodes for p in placed) == len(expected)
+    assert Counter(p for n, c, _ in placed for p in [_projection(n)] * c) == Counter(_projection(n) for n in expected)
+    assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(node_list=nodes(), resource=st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "cpu"]))
+def test_node_groups_know_the_largest_offer_and_who_makes_it(node_list: list[Any], resource: str) -> None:
+    real = list({scheduling.node_name(n): n for n in node_list if isinstance(n, Mapping)}.values())
+    groups = nodegroups.NodeGroups(node_list).groups
+    expected = max(((scheduling.allocatable(n, resource), scheduling.node_name(n)) for n in real), default=(Decimal(0), ""))
+    assert max((g.largest(resource) for g in groups), default=(Decimal(0), "")) == expected
+    assert any(g.offers(resource) for g in groups) == any(
+        resource in ((n.get("status") or {}).get("allocatable") or {}) for n in real)
+
+
+# -- a changing cluster --
+
+NODE_NAMES = [f"gpu-{i}" for i in range(5)]
+NAMESPACES = ["ml-a", "ml-b", "ml-c", "web"]
+GPU_NAMES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
+
+
+@st.composite
+def a_node(draw: Any) -> dict[str, Any]:
+    name = draw(st.sampled_from(NODE_NAMES))
+    labels = {"kubernetes.io/hostname": name, "nvidia.com/gfd.timestamp": str(draw(st.integers(0, 9)))}
+    labels.update(draw(st.dictionaries(st.sampled_from([MODEL, "nvidia.com/cuda.driver-version.full", "pool"]),
+                                       st.sampled_from(["A100", "H100", "535.104.05", "550.54.15", "a", ""]), max_size=3)))
+    taints = draw(st.lists(st.fixed_dictionaries({
+        "key": st.sampled_from(["nvidia.com/gpu", "node.kubernetes.io/not-ready", "pool"]),
+        "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])}), max_size=2))
+    gpus = draw(st.sampled_from(["0", "4", "8"]))
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {"taints": taints},
+            "status": {"allocatable": {"cpu": str(draw(st.integers(1, 96))), "nvidia.com/gpu": gpus}}}
+
+
+@st.composite
+def a_pod(draw: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"p{draw(st.integers(0, 5))}", "namespace": draw(st.sampled_from(NAMESPACES))}
+    if draw(st.integers(0, 5)) == 0:
+        meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    spec: dict[str, Any] = {"containers": [
+        {"name": f"c{i}", "resources": {"limits": {draw(st.sampled_from(GPU_NAMES)): str(draw(st.integers(0, 4)))}}}
+        for i in range(draw(st.integers(1, 2)))]}
+    node = draw(st.sampled_from([None, *NODE_NAMES]))
+    if node:
+        spec["nodeName"] = node
+    if draw(st.booleans()):
+        spec["nodeSelector"] = {MODEL: draw(st.sampled_from(["A100", "H100"]))}
+    if draw(st.booleans()):
+        spec["priorityClassName"] = draw(st.sampled_from(["high", "low"]))
+    phase = draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]))
+    return {"kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+@st.composite
+def a_namespace(draw: Any) -> dict[str, Any]:
+    labels = draw(st.dictionaries(st.just(TEAM), st.sampled_from(["t1", "t2", ""]), max_size=1))
+    return {"kind": "Namespace", "metadata": {"name": draw(st.sampled_from(NAMESPACES)), "labels": labels}}
+
+
+EVENT = st.one_of(
+    st.tuples(st.just("put"), a_node() | a_pod() | a_namespace()),
+    st.tuples(st.just("delete"), a_node() | a_pod() | a_namespace()),
+    st.tuples(st.just("relist"), st.sampled_from(["Node", "Pod", "Namespace"]),
+              st.lists(a_node(), max_size=4), st.lists(a_pod(), max_size=6), st.lists(a_namespace(), max_size=3)),
+    st.tuples(st.just("ask"), st.sampled_from([MODEL, "pool"]), st.sampled_from([TEAM, "other"])),
+)
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _apply(aggregates: Aggregates, state: dict[str, dict[tuple[str, str], Any]], event: tuple[Any, ...]) -> None:
+    """One watch event on the aggregates, and on the plain objects the reference reads."""
+    if event[0] == "ask":  # a policy starts asking about a model label and a team label
+        aggregates.gpu_usage(event[1], [event[2]])
+        return
+    if event[0] == "relist":
+        kind, listed = event[1], {"Node": event[2], "Pod": event[3], "Namespace": event[4]}[event[1]]
+        state[kind] = {_key(o): o for o in listed}
+        {"Node": aggregates.replace_nodes, "Pod": aggregates.replace_pods,
+         "Namespace": aggregates.replace_namespaces}[kind](list(state[kind].values()))
+        return
+    obj = event[1]
+    kind, key = obj["kind"], _key(obj)
+    if event[0] == "put":
+        state[kind][key] = obj
+        {"Node": aggregates.put_node, "Pod": aggregates.put_pod, "Namespace": aggregates.put_namespace}[kind](obj)
+    else:
+        state[kind].pop(key, None)
+        if kind == "Pod":
+            aggregates.discard_pod(*key)
+        else:
+            {"Node": aggregates.discard_node, "Namespace": aggregates.discard_namespace}[kind](key[1])
+
+
+def _expected_usage(state: dict[str, dict[tuple[str, str], Any]], model_label: str) -> dict[str, Counter[UsageKey]]:
+    """Sum over every pod, as the quota rule did before the aggregates."""
+    models_of = {name: str(n["metadata"]["labels"][model_label]) for (_, name), n in state["Node"].items()
+                 if n["metadata"]["labels"].get(model_label)}
+    found: dict[str, Counter[UsageKey]] = {}
+    for (namespace, _), pod in state["Pod"].items():
+        if pod["metadata"].get("deletionTimestamp") or pod["status"]["phase"] in ("Succeeded", "Failed"):
+            continue
+        spec = pod["spec"]
+        node_model = models_of.get(spec.get("nodeName", ""))
+        models = frozenset({node_model}) if node_model else scheduling.label_values(spec, model_label)
+        for resource, count in gpu.pod_gpus(spec, gpu.ResourceMatcher.of(GPU_NAMES)).items():
+            held = found.setdefault(namespace, Counter())
+            held[(spec.get("priorityClassName", ""), models, resource)] += count  # type: ignore[assignment]
+    return found
+
+
+def _nonzero(amounts: Mapping[UsageKey, Any]) -> dict[UsageKey, Any]:
+    return {k: v for k, v in amounts.items() if v}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(EVENT, max_size=30))
+def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]]) -> None:
+    aggregates = Aggregates()
+    aggregates.gpu_usage(MODEL, [TEAM])  # asked from the start: every event goes through the incremental path
+    state: dict[str, dict[tuple[str, str], Any]] = {"Node": {}, "Pod": {}, "Namespace": {}}
+    for event in events:
+        _apply(aggregates, state, event)
+    for model_label in (MODEL, "pool"):
+        usage = aggregates.gpu_usage(model_label, [TEAM])
+        expected = _expected_usage(state, model_label)
+        for namespace in NAMESPACES:
+            assert _nonzero(usage.in_namespace(namespace)) == _nonzero(expected.get(namespace, {}))
+        for team in ("t1", "t2"):
+            members = [k[1] for k, ns in state["Namespace"].items() if ns["metadata"]["labels"].get(TEAM) == team]
+            total: Counter[UsageKey] = Counter()
+            for namespace in members:
+                total.update(expected.get(namespace, {}))
+            assert _nonzero(usage.in_team(TEAM, team)) == _nonzero(total)
+        for key, pod in state["Pod"].items():
+            share = usage.share(*key)
+            alone: Mapping[UsageKey, Any] = _expected_usage({**state, "Pod": {key: pod}}, model_label).get(key[0], {})
+            assert (dict(share.amounts) if share else {}) == _nonzero(alone)
+    groups = aggregates.node_groups()
+    assert sorted(n for g in groups for n in g.members) == sorted(k[1] for k in state["Node"])
+    for spec in ({}, {"tolerations": [{"operator": "Exists"}]}, {"nodeSelector": {MODEL: "A100"}}):
+        placed = scheduling.NodeFilter(spec, {"nvidia.com/gpu": Decimal(1)}).placements(groups)
+        expected_nodes = reference(spec, list(state["Node"].values()), {"nvidia.com/gpu": Decimal(1)}, [])
+        assert sum(p.nodes for p in placed) == len(expected_nodes)
+        assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected_nodes)

@@ -1,0 +1,208 @@
+"""Per-snapshot answers that would otherwise cost a scan of the cluster on every admission.
+
+:class:`Aggregates` is fed the nodes, namespaces and GPU pods of a cluster,
+object by object (the server's watch threads, one event at a time) or all at
+once (a snapshot, a relist), and keeps:
+
+- the nodes in groups (:mod:`webhook.policy.nodegroups`), for "which kinds
+  of node could this pod land on, and what drivers do they run";
+- the GPUs held per namespace and per team (:mod:`webhook.policy.usage`),
+  for each model label a policy asks about, joined with the node a pod is
+  bound to (its GPU model) and its namespace's labels (its team).
+
+One event costs O(1) in the size of the cluster: a node change touches its
+group and, when its model label changes, the pods bound to it; a pod change
+touches its namespace's and team's sums; a namespace relabel moves its sums.
+Writers hold a lock (several watch threads feed one instance); readers take
+none: every answer is an immutable object published by one assignment.
+
+The server's index (``webhook.cluster``) and the snapshot view of the audit
+CLI and the tests (``webhook.policy.view.SnapshotView``) both use this class,
+so both answer alike.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.policy.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
+from webhook.policy.usage import GpuUsage, PodKey, Share, UsageView, share_of
+
+Object = Mapping[str, Any]
+
+
+def pod_key(pod: Object) -> PodKey:
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("namespace") or ""), str(meta.get("name", ""))
+
+
+def _node_of(pod: Object) -> str:
+    spec = pod.get("spec")
+    return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
+
+
+def _namespace_labels(namespace: Object) -> dict[str, str]:
+    meta = namespace.get("metadata")
+    raw = meta.get("labels") if isinstance(meta, Mapping) else None
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+
+
+class Aggregates:
+    """Node groups and GPU usage of one changing cluster."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, Object] = {}
+        #: pods by (namespace, name); a snapshot file may repeat a name, and then all count
+        self._pods: dict[PodKey, tuple[Object, ...]] = {}
+        self._on_node: dict[str, set[PodKey]] = {}
+        self._ns_labels: dict[str, dict[str, str]] = {}
+        self._groups = NodeGroups()
+        self._usage: dict[str, GpuUsage] = {}
+
+    # ------------------------------------------------------------ readers
+
+    def node_groups(self) -> tuple[NodeGroup, ...]:
+        return self._groups.groups
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        """The sums for ``model_label``, with sums per team for each of ``team_labels``.
+
+        The first call for a label works them out from every pod (once per
+        label and process; policy reloads keep them); later calls are a lookup.
+        """
+        usage = self._usage.get(model_label)
+        labels = [label for label in team_labels if usage is None or label not in usage.view.teams]
+        if usage is not None and not labels:
+            return usage.view
+        with self._lock:
+            usage = self._usage.get(model_label)
+            if usage is None:
+                usage = GpuUsage(model_label, self._labels_of)
+                usage.rebuild(self._shares(usage))
+                self._usage[model_label] = usage
+            for label in labels:
+                if label not in usage.view.teams:
+                    usage.add_team_label(label)
+            return usage.view
+
+    # ------------------------------------------------------------ nodes
+
+    def put_node(self, node: Object) -> None:
+        with self._lock:
+            name = name_of(node)
+            old = self._nodes.get(name)
+            self._nodes[name] = node
+            self._groups.put(node)
+            self._remodel(name, old, node)
+
+    def discard_node(self, name: str) -> None:
+        with self._lock:
+            old = self._nodes.pop(name, None)
+            if old is not None:
+                self._groups.discard(name)
+                self._remodel(name, old, None)
+
+    def replace_nodes(self, nodes: Iterable[Object]) -> None:
+        with self._lock:
+            self._nodes = {name_of(n): n for n in nodes if isinstance(n, Mapping)}
+            self._groups.replace(self._nodes.values())
+            for usage in self._usage.values():
+                usage.rebuild(self._shares(usage))
+
+    def _remodel(self, name: str, old: Object | None, new: Object | None) -> None:
+        """Pods bound to a node whose model label changed count on the new model."""
+        for usage in self._usage.values():
+            label = usage.model_label
+            before = labels_of(old).get(label) if old is not None else None
+            after = labels_of(new).get(label) if new is not None else None
+            if before != after:
+                for key in self._on_node.get(name, ()):
+                    usage.set(key, self._share(usage, key))
+
+    # ------------------------------------------------------------ pods
+
+    def put_pod(self, pod: Object) -> None:
+        with self._lock:
+            key = pod_key(pod)
+            self._set_pods(key, (pod,))
+
+    def discard_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._set_pods((namespace, name), ())
+
+    def replace_pods(self, pods: Iterable[Object]) -> None:
+        with self._lock:
+            grouped: dict[PodKey, list[Object]] = {}
+            for pod in pods:
+                if isinstance(pod, Mapping):
+                    grouped.setdefault(pod_key(pod), []).append(pod)
+            self._pods = {k: tuple(v) for k, v in grouped.items()}
+            self._on_node = {}
+            for key, same in self._pods.items():
+                for pod in same:
+                    self._on_node.setdefault(_node_of(pod), set()).add(key)
+            for usage in self._usage.values():
+                usage.rebuild(self._shares(usage))
+
+    def _set_pods(self, key: PodKey, pods: tuple[Object, ...]) -> None:
+        for pod in self._pods.get(key, ()):
+            bound = self._on_node.get(_node_of(pod))
+            if bound is not None:
+                bound.discard(key)
+                if not bound:
+                    del self._on_node[_node_of(pod)]
+        if pods:
+            self._pods[key] = pods
+            for pod in pods:
+                self._on_node.setdefault(_node_of(pod), set()).add(key)
+        else:
+            self._pods.pop(key, None)
+        for usage in self._usage.values():
+            usage.set(key, self._share(usage, key))
+
+    def _share(self, usage: GpuUsage, key: PodKey) -> Share | None:
+        label = usage.model_label
+
+        def model_of(node: str) -> str | None:
+            found = self._nodes.get(node)
+            model = labels_of(found).get(label) if found is not None else None
+            return str(model) if model else None
+
+        return share_of(self._pods.get(key, ()), model_of, label)
+
+    def _shares(self, usage: GpuUsage) -> Iterable[tuple[PodKey, Share | None]]:
+        return ((key, self._share(usage, key)) for key in self._pods)
+
+    # ------------------------------------------------------------ namespaces
+
+    def put_namespace(self, namespace: Object) -> None:
+        with self._lock:
+            self._relabel(name_of(namespace), _namespace_labels(namespace))
+
+    def discard_namespace(self, name: str) -> None:
+        with self._lock:
+            self._relabel(name, None)
+
+    def replace_namespaces(self, namespaces: Iterable[Object]) -> None:
+        with self._lock:
+            labels: dict[str, dict[str, str]] = {}
+            for namespace in namespaces:
+                if isinstance(namespace, Mapping):  # a name twice (snapshot files): the first, as lookups find
+                    labels.setdefault(name_of(namespace), _namespace_labels(namespace))
+            self._ns_labels = labels
+            for usage in self._usage.values():
+                usage.rebuild(self._shares(usage))
+
+    def _relabel(self, name: str, labels: dict[str, str] | None) -> None:
+        old = self._ns_labels.pop(name, {})
+        if labels is not None:
+            self._ns_labels[name] = labels
+        for usage in self._usage.values():
+            usage.relabel(name, old, labels or {})
+
+    def _labels_of(self, namespace: str) -> Mapping[str, str]:
+        return self._ns_labels.get(namespace, {})
