@@ -103,15 +103,14 @@ async def test_tls_below_1_2_is_refused(start_webhook: StartWebhook, pki: Pki) -
     assert (await served_certificate(port, modern)).serial_number
 
 
-async def test_client_certificates_are_required_with_client_ca(aiohttp_server: Any, pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+async def test_client_certificates_are_required_with_client_ca(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
     clients = tmp_path / "clients"
     ca = certs.generate_ca("client CA")
     client = certs.generate_serving(ca, ["kube-apiserver"], client=True)
     certs.write_pair(clients, ca, "ca.crt", "ca.key")
     certs.write_pair(clients, client, "client.crt", "client.key")
-    tls = ReloadingTLS(pki.cert, pki.key, clients / "ca.crt")
-    server = await aiohttp_server(create_app(AppConfig(policies=policy_dir), tls=tls), ssl=tls.context)
-    url = f"https://127.0.0.1:{server.port}/healthz"
+    hook = await start_webhook(client_ca=clients / "ca.crt")
+    url = f"{hook.base}/healthz"
     anonymous = pki.client_context()
     with pytest.raises(aiohttp.ClientError):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous)) as s:
