@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,7 @@ from cryptography import x509
 from tests.conftest import Pki, StartWebhook, make_pki
 from tests.support import corpus_reviews, load_review
 from webhook import certs
-from webhook.server.app import AppConfig, create_app
-from webhook.server.tls import ReloadingTLS
+from webhook.server import keys
 
 
 async def served_certificate(port: int, ctx: ssl.SSLContext) -> x509.Certificate:
@@ -121,3 +121,63 @@ async def test_client_certificates_are_required_with_client_ca(start_webhook: St
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=with_cert)) as s:
         async with s.get(url) as resp:
             assert resp.status == 200
+
+
+async def test_many_rotations_at_a_short_interval_fail_no_handshake(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+    """Rotations in place (key and certificate rewritten one after the other, so a check can see
+    a half-done one) and as a Secret volume does (a ``..data`` symlink swap), while clients open
+    new connections non-stop: every handshake succeeds with a matching pair."""
+    pairs = [make_pki(tmp_path / f"pki{i}") for i in range(3)]
+    trust_all = pki.client_context(*(p.ca for p in pairs))
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "..data").symlink_to(pki.directory)
+    for name in ("tls.crt", "tls.key"):
+        (volume / name).symlink_to(Path("..data") / name)
+    in_place = tmp_path / "in-place"
+    shutil.copytree(pki.directory, in_place)
+    hooks = [
+        await start_webhook(reload_interval=0.02),
+    ]
+    hooks[0].tls.cert, hooks[0].tls.key = volume / "tls.crt", volume / "tls.key"
+    second = await start_webhook(reload_interval=0.02)
+    second.tls.cert, second.tls.key = in_place / "tls.crt", in_place / "tls.key"
+    hooks.append(second)
+    ports = [int(h.base.rsplit(":", 1)[1]) for h in hooks]
+    failures: list[str] = []
+    handshakes = 0
+    stop = asyncio.Event()
+
+    async def connect(port: int) -> None:
+        nonlocal handshakes
+        while not stop.is_set():
+            try:
+                await served_certificate(port, trust_all)
+                handshakes += 1
+            except (ssl.SSLError, OSError) as exc:
+                failures.append(repr(exc))
+
+    clients = [asyncio.create_task(connect(port)) for port in ports for _ in range(3)]
+    rotations = 500
+
+    def rotate() -> None:
+        """From another thread, as the kubelet does: a write can land in the middle of a check."""
+        for n in range(rotations):
+            new = pairs[n % len(pairs)]
+            if n % 2:
+                link = volume / "..data_tmp"
+                link.symlink_to(new.directory)
+                link.replace(volume / "..data")
+            else:
+                (in_place / "tls.key").write_bytes(new.key.read_bytes())
+                time.sleep(0.0005)  # a check may see the key without its certificate
+                (in_place / "tls.crt").write_bytes(new.cert.read_bytes())
+            time.sleep(0.01)
+
+    await asyncio.to_thread(rotate)
+    stop.set()
+    await asyncio.gather(*clients)
+    print(f"{rotations} rotations, {handshakes} handshakes, {len(failures)} failed")
+    assert handshakes > rotations and not failures, failures[:3]
+    reloads = [h.app[keys.METRICS].tls_reloads.labels("success")._value.get() for h in hooks]
+    assert all(r > 50 for r in reloads), reloads

@@ -88,6 +88,8 @@ async def _close_when_draining(request: web.Request, response: web.StreamRespons
     one, which lands on another replica once endpoints have moved."""
     if request.app[keys.DRAINING].is_set():
         response.force_close()
+        # aiohttp has written its own Connection header by the time this hook runs
+        response.headers["Connection"] = "close"
 
 
 async def _executor_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -86,10 +86,10 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     rules = sorted({f"{f.policy}/{f.rule}" for f in decision.findings})
     fields = {
         "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
-        "name": req.name, "endpoint": endpoint, "verdict": outcome, "rules": rules,
+        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": rules,
     }
-    if outcome in ("allow",):
-        log.debug("admitted", extra=fields)
+    if outcome in ("allow", "warn"):
+        log.debug("%s: %s", outcome, "; ".join(decision.warnings), extra=fields)
     else:
         log.info("%s: %s", outcome, decision.message() or "; ".join(decision.warnings), extra=fields)
 
