@@ -22,9 +22,12 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web, web_protocol
+from http import HTTPStatus
 
-from webhook import logs
+from aiohttp import web, web_protocol
+from aiohttp.web_request import BaseRequest
+
+from webhook import logs, review
 from webhook.server import keys
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,18 @@ class GuardedHandler(web_protocol.RequestHandler):
             self._disarm_header_timer()
         elif self._header_timer is None:
             self._arm_header_timer()
+
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """aiohttp's answer to a request it could not parse, as a Status body like every other 4xx."""
+        response = super().handle_error(request, status, exc, message)
+        if not 400 <= status < 500:
+            return response
+        text = " ".join((message or HTTPStatus(status).phrase).split())[:300]
+        response = web.json_response(review.error_body(f"malformed HTTP request: {text}"), status=status)
+        response.force_close()
+        return response
 
     def idle(self) -> bool:
         """No request received, queued or being answered."""
