@@ -27,10 +27,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str, level: str = "INFO") -> subprocess.Popen[bytes]:
     """`gpu-admission serve` in a process of its own, its JSON log lines written to ``log``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "webhook", "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "webhook", "--log-level", level, "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
          "--policies", str(policy_dir), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
          "--drain", str(DRAIN), "--shutdown-timeout", str(TIMEOUT), *extra],
         cwd=REPO, stderr=log.open("wb"),
