@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine certs clean
+.PHONY: serve test lint bench bench-engine soak certs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(STAMP)
 
 bench bench-engine: $(STAMP)
 	$(BIN)/python bench/engine.py
+
+# ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
+soak: $(STAMP)
+	GPU_ADMISSION_FUZZ_SCALE=10 $(BIN)/python -m pytest -q -s tests/test_server_fuzz.py tests/test_server_shutdown.py tests/test_tls.py
+	$(BIN)/python bench/robustness.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

@@ -1,4 +1,4 @@
-"""Hostile AdmissionReview bodies: mutations of the real corpus, and what an answer must look like.
+"""Hostile AdmissionReview bodies: mutations of the real corpus, what an answer must look like, and a lean client.
 
 Used by tests/test_server_fuzz.py (a bounded number of cases in `make test`)
 and bench/soak.py (as many as time allows).
@@ -6,9 +6,12 @@ and bench/soak.py (as many as time allows).
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import random
+import re
+import ssl
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -144,3 +147,38 @@ def problem(case: Case, status: int, body: bytes) -> str:
     if not 400 <= status < 500 or answer.get("kind") != "Status" or not answer.get("message"):
         return f"{status} without a Status body for {case.what}"
     return ""
+
+
+async def read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One HTTP answer (head and Content-Length body), or b"" when the server closes first."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return b""
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    return head + (await reader.readexactly(int(length.group(1))) if length else b"")
+
+
+class Connection:
+    """A minimal keep-alive HTTP/1.1 client over TLS: cheap enough that the server does most of the work."""
+
+    def __init__(self, base: str, ctx: ssl.SSLContext) -> None:
+        host, port = base.removeprefix("https://").split(":")
+        self.host, self.port, self.ctx = host, int(port), ctx
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, case: Case) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port, ssl=self.ctx, server_hostname="localhost")
+        reader, writer = self.streams
+        extra = "".join(f"{k}: {v}\r\n" for k, v in case.headers.items())
+        writer.write(
+            f"POST {case.endpoint} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(case.body)}\r\n\r\n".encode() + case.body
+        )
+        answer = await read_answer(reader)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        if not answer or b"connection: close" in head.lower():
+            writer.close()
+            self.streams = None
+        return (int(head.split(b" ", 2)[1]) if answer else 0), body

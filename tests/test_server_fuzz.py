@@ -51,37 +51,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki]
     assert not [line for line in lines if line["level"] == "error"], lines[:3]
 
 
-class Connection:
-    """A minimal keep-alive HTTP/1.1 client over TLS: cheap enough that the server does most of the work."""
-
-    def __init__(self, base: str, ctx: ssl.SSLContext) -> None:
-        host, port = base.removeprefix("https://").split(":")
-        self.host, self.port, self.ctx = host, int(port), ctx
-        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def post(self, case: fuzz.Case) -> tuple[int, bytes]:
-        if self.streams is None:
-            self.streams = await asyncio.open_connection(self.host, self.port, ssl=self.ctx, server_hostname="localhost")
-        reader, writer = self.streams
-        extra = "".join(f"{k}: {v}\r\n" for k, v in case.headers.items())
-        writer.write(
-            f"POST {case.endpoint} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {len(case.body)}\r\n\r\n".encode() + case.body
-        )
-        answer = await read_answer(reader)
-        head, _, body = answer.partition(b"\r\n\r\n")
-        if not answer or b"connection: close" in head.lower():
-            writer.close()
-            self.streams = None
-        return (int(head.split(b" ", 2)[1]) if answer else 0), body
-
-
 async def send_all(base: str, ctx: ssl.SSLContext, cases: Iterator[fuzz.Case]) -> tuple[int, list[str]]:
     sent, problems = 0, []
 
     async def worker() -> None:
         nonlocal sent
-        connection = Connection(base, ctx)
+        connection = fuzz.Connection(base, ctx)
         for case in cases:
             status, body = await connection.post(case)
             sent += 1
@@ -172,16 +147,6 @@ FRAMING = [
 ]
 
 
-async def read_answer(reader: asyncio.StreamReader) -> bytes:
-    """One HTTP answer (head and Content-Length body), or b"" when the server closes first."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return b""
-    length = re.search(rb"(?i)content-length: *(\d+)", head)
-    return head + (await reader.readexactly(int(length.group(1))) if length else b"")
-
-
 @pytest.mark.parametrize("raw", FRAMING, ids=range(len(FRAMING)))
 def test_broken_framing_gets_a_4xx_or_a_close(server: tuple[str, Pki], raw: bytes) -> None:
     base, pki = server
@@ -191,7 +156,7 @@ def test_broken_framing_gets_a_4xx_or_a_close(server: tuple[str, Pki], raw: byte
         reader, writer = await asyncio.open_connection(host, int(port), ssl=pki.client_context(), server_hostname="localhost")
         writer.write(raw)
         await writer.drain()
-        answer = await asyncio.wait_for(read_answer(reader), 15)
+        answer = await asyncio.wait_for(fuzz.read_answer(reader), 15)
         writer.close()
         return answer
 

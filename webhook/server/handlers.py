@@ -36,7 +36,13 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     except RequestBodyError as exc:
         metrics.rejected.labels(exc.reason).inc()
         log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": request.path})
-        return _refuse(exc.status, str(exc), close=True)
+        response = _refuse(exc.status, str(exc), close=True)
+        if exc.status == 408:
+            # a client too slow to send its body gets no lingering read of the rest: answer, then close
+            await response.prepare(request)
+            await response.write_eof()
+            request.protocol.force_close()
+        return response
     except ReviewError as exc:
         metrics.count_request(request.path, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": request.path})
