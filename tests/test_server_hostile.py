@@ -153,3 +153,15 @@ async def test_a_patch_past_the_limit_is_dropped_with_a_warning(start_webhook: A
     response = (await hook.review("/mutate", sent))["response"]
     assert "patch" not in response and response["allowed"]
     assert "over the 10-byte limit" in response["warnings"][0]
+
+
+def test_a_long_denial_message_is_cut_at_a_line_and_says_what_is_left_out() -> None:
+    from webhook import review
+
+    text = "\n".join(f"[p/r] violation number {n}" for n in range(2000))
+    cut = review.limit_message(text)
+    assert len(cut) <= review.MAX_MESSAGE_CHARS + 100
+    assert cut.splitlines()[-2].startswith("[p/r] violation number") and "more line(s)" in cut.splitlines()[-1]
+    shown = len(cut.splitlines()) - 1
+    assert f"and {2000 - shown} more line(s)" in cut
+    assert review.limit_message("short") == "short"
