@@ -47,11 +47,13 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         metrics.count_request(request.path, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": request.path})
         return _refuse(400, str(exc))
-    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits)
+    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, body.count(b"{"))
     if len(body) >= limits.offload_bytes:
         outcome = await evaluation.decide_off_loop(app[keys.EXECUTOR], *args)
     else:
         outcome = evaluation.decide(*args)
+    if outcome.refused in ("limit", "deadline"):
+        metrics.rejected.labels(outcome.refused).inc()
     decision = _bounded(outcome.decision, limits.max_patch_bytes, phase)
     payload = review.build_response(parsed, decision, mutating=phase == "mutate")
     _observe(app, request.path, parsed, decision, outcome.refused)

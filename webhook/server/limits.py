@@ -14,6 +14,8 @@ from typing import Any
 
 #: the keys under which pod specs list containers
 _CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
+#: subtrees that never hold a pod spec (and hold most of a real object's fields)
+_SKIPPED = frozenset({"metadata", "status"})
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class Limits:
 
 
 def count_containers(obj: Any) -> int:
-    """Containers listed anywhere in ``obj`` (pods, and the templates of any workload kind)."""
+    """Containers listed anywhere in ``obj`` (pods, and the templates of any workload kind),
+    metadata and status aside."""
     count = 0
     stack = [obj]
     while stack:
@@ -52,7 +55,7 @@ def count_containers(obj: Any) -> int:
             for key, value in node.items():
                 if key in _CONTAINER_LISTS and isinstance(value, list):
                     count += len(value)
-                if isinstance(value, (dict, list)):
+                if isinstance(value, (dict, list)) and key not in _SKIPPED:
                     stack.append(value)
         elif isinstance(node, list):
             stack.extend(v for v in node if isinstance(v, (dict, list)))
