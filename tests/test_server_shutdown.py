@@ -124,3 +124,13 @@ async def test_sigterm_under_keep_alive_load_loses_no_request(pki: Pki, policy_d
     lines = [json.loads(line) for line in (tmp_path / "server.log").read_text().splitlines()]
     assert lines[-1]["msg"] == "stopped", lines[-3:]
     assert not [line for line in lines if line["level"] == "error"]
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = start_server(pki, policy_dir, taken.getsockname()[1], tmp_path / "server.log")
+        assert proc.wait(30) == 1
+    lines = (tmp_path / "server.log").read_text().splitlines()
+    assert lines[-1].startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in "".join(lines)

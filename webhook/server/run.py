@@ -13,6 +13,7 @@ from aiohttp import web
 
 from webhook import certs, cluster
 from webhook.cluster import ClusterIndex
+from webhook.errors import GpuAdmissionError
 from webhook.policy import view
 from webhook.server import listener
 from webhook.server.app import AppConfig, create_app
@@ -44,7 +45,10 @@ def serve(args: argparse.Namespace) -> int:
 
 async def _serve(app: web.Application, config: listener.ListenerConfig, tls: ReloadingTLS, drain: float, timeout: float) -> None:
     """Serve until SIGTERM or SIGINT, then drain and stop within ``timeout`` seconds."""
-    running = await listener.start(app, config, tls.context)
+    try:
+        running = await listener.start(app, config, tls.context)
+    except OSError as exc:
+        raise GpuAdmissionError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
     log.info("serving on https://%s:%d", config.host, running.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
