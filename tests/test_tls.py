@@ -181,3 +181,22 @@ async def test_many_rotations_at_a_short_interval_fail_no_handshake(start_webhoo
     assert handshakes > rotations and not failures, failures[:3]
     reloads = [h.app[keys.METRICS].tls_reloads.labels("success")._value.get() for h in hooks]
     assert all(r > 50 for r in reloads), reloads
+
+
+async def test_a_client_without_server_name_gets_the_rotated_certificate_too(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+    hook = await start_webhook(reload_interval=0.02)
+    port = int(hook.base.rsplit(":", 1)[1])
+    new = make_pki(tmp_path / "rotated")
+    shutil.copy(new.key, pki.key)
+    shutil.copy(new.cert, pki.cert)
+    expected = x509.load_pem_x509_certificate(new.cert.read_bytes()).serial_number
+    no_sni = pki.client_context(new.ca)
+    no_sni.check_hostname = False
+    for _ in range(200):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=no_sni, server_hostname=None)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        if x509.load_der_x509_certificate(der).serial_number == expected:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail("a client that sends no server name still gets the old certificate")

@@ -68,7 +68,8 @@ class ReloadingTLS:
             raise CertificateError(f"cannot read certificate files: {exc}") from exc
         pair = self._read()
         self.current = self._build(pair)
-        # the pair is loaded here too, for a handshake that would not run the callback
+        # OpenSSL runs the callback for every ClientHello, with or without a server
+        # name (tested); the pair is loaded here too so the context is complete alone
         self.context = self._build(pair)
         self.context.sni_callback = self._select
         self.not_after, self.client_ca_not_after = pair.not_after, pair.client_ca_not_after
@@ -99,6 +100,10 @@ class ReloadingTLS:
     def _build(self, pair: Pair) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._load(ctx, pair)
+        return ctx
+
+    def _load(self, ctx: ssl.SSLContext, pair: Pair) -> None:
         try:
             with _pem_file(pair.key + b"\n" + pair.chain) as path:
                 ctx.load_cert_chain(path)
@@ -107,7 +112,6 @@ class ReloadingTLS:
                 ctx.load_verify_locations(cadata=pair.client_ca.decode())
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
-        return ctx
 
     def reload_if_changed(self) -> bool:
         """Load the files again if they changed; True when a new pair is in force."""
