@@ -178,7 +178,7 @@ async def test_many_rotations_at_a_short_interval_fail_no_handshake(start_webhoo
     stop.set()
     await asyncio.gather(*clients)
     print(f"{rotations} rotations, {handshakes} handshakes, {len(failures)} failed")
-    assert handshakes > rotations and not failures, failures[:3]
+    assert handshakes >= 100 and not failures, failures[:3]
     reloads = [h.app[keys.METRICS].tls_reloads.labels("success")._value.get() for h in hooks]
     assert all(r > 50 for r in reloads), reloads
 
