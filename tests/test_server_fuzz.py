@@ -14,7 +14,6 @@ import json
 import os
 import re
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
