@@ -165,3 +165,12 @@ def test_a_long_denial_message_is_cut_at_a_line_and_says_what_is_left_out() -> N
     shown = len(cut.splitlines()) - 1
     assert f"and {2000 - shown} more line(s)" in cut
     assert review.limit_message("short") == "short"
+
+
+async def test_a_review_of_too_many_json_objects_is_refused_before_decoding(webhook: Webhook) -> None:
+    sent = _many_containers(1)
+    sent["request"]["object"]["spec"]["containers"] = [{"name": f"c{n}"} for n in range(Limits().max_objects + 1)]
+    async with await webhook.post("/validate", sent) as resp:
+        assert resp.status == 413
+        assert "JSON objects" in (await resp.json())["message"]
+    assert 'gpu_admission_rejected_requests_total{reason="too-many-objects"} 1.0' in await scrape(webhook)

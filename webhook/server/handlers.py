@@ -32,6 +32,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     metrics, limits = app[keys.METRICS], app[keys.LIMITS]
     try:
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
+        objects = _count_objects(body, limits.max_objects)
         parsed = review.parse_review(body)
     except RequestBodyError as exc:
         metrics.rejected.labels(exc.reason).inc()
@@ -47,7 +48,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         metrics.count_request(request.path, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": request.path})
         return _refuse(400, str(exc))
-    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, body.count(b"{"))
+    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, objects)
     if len(body) >= limits.offload_bytes:
         outcome = await evaluation.decide_off_loop(app[keys.EXECUTOR], *args)
     else:
@@ -59,6 +60,17 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     _observe(app, request.path, parsed, decision, outcome.refused)
     metrics.observe_latency(request.path, time.perf_counter() - started)
     return _json(payload)
+
+
+def _count_objects(body: bytes, limit: int) -> int:
+    """An upper bound of the JSON objects in ``body``; RequestBodyError (413) past ``limit``."""
+    objects = body.count(b"{")
+    if objects > limit:
+        raise RequestBodyError(
+            413, "too-many-objects",
+            f"the review holds up to {objects} JSON objects; gpu-admission reads at most {limit} (a pod review has a few hundred)",
+        )
+    return objects
 
 
 def _json(payload: object) -> web.Response:
