@@ -180,15 +180,19 @@ async def _slow_clients(base: str, cafile: str, slowloris: int, bodies: int, out
     out.put([c if isinstance(c, float) else -1.0 for c in closed])
 
 
-async def slow_load(base: str, pki: Pki, slowloris: int, bodies: int) -> None:
+async def slow_load(base: str, pki: Pki, pid: int, slowloris: int, bodies: int) -> None:
+    cpu = cpu_seconds(pid)
     unloaded = p99(await latencies(base, pki.client_context(), 3.0))
+    idle_cpu = (cpu_seconds(pid) - cpu) / 3.0
     report("normal p99 unloaded, just before", f"{unloaded * 1000:.1f} ms")
     queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
     worker = multiprocessing.Process(target=slow_clients, args=(base, str(pki.ca), slowloris, bodies, queue))
     worker.start()
     await asyncio.to_thread(queue.get)
     await asyncio.sleep(0.5)
+    cpu = cpu_seconds(pid)
     loaded = p99(await latencies(base, pki.client_context(), HEADER_TIMEOUT - 1))
+    slow_cpu = (cpu_seconds(pid) - cpu) / (HEADER_TIMEOUT - 1)
     closed = await asyncio.to_thread(queue.get)
     worker.join()
     after = p99(await latencies(base, pki.client_context(), 3.0))
@@ -196,6 +200,7 @@ async def slow_load(base: str, pki: Pki, slowloris: int, bodies: int) -> None:
     baseline = (unloaded + after) / 2
     report(f"normal p99 under {slowloris} slowloris + {bodies} slow bodies (x unloaded mean)",
            f"{loaded * 1000:.1f} ms ({loaded / baseline:.2f}x)")
+    report("server CPU while probing: unloaded / with the slow clients", f"{idle_cpu:.0%} / {slow_cpu:.0%} of a core")
     heads, slow_bodies = closed[:slowloris], closed[slowloris:]
     report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(heads):.2f} s")
     report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(slow_bodies):.2f} s")
@@ -229,7 +234,7 @@ async def run(quick: bool) -> None:
             await metrics_growth(base, ctx, 500 if quick else 5000)
             await bomb(base, ctx, proc.pid)
             await big_pods(base, ctx, 5.0 if quick else 10.0, unloaded)
-            await slow_load(base, pki, 100 if quick else 500, 10 if quick else 50)
+            await slow_load(base, pki, proc.pid, 100 if quick else 500, 10 if quick else 50)
         finally:
             proc.terminate()
             proc.wait(30)
