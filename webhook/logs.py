@@ -65,7 +65,8 @@ class ProtocolErrors(logging.Filter):
             peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
             record.msg, record.args = "malformed HTTP request from %s: %s", (peer, _short(exc))
             record.exc_info, record.exc_text = None, None
-            record.levelno, record.levelname = logging.INFO, "INFO"
+            if record.levelno > logging.INFO:
+                record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
 
