@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server
+.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ bench-index: $(STAMP)
 bench-server: $(STAMP)
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	$(BIN)/python bench/server.py
+# ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
+soak: $(STAMP)
+	GPU_ADMISSION_FUZZ_SCALE=10 $(BIN)/python -m pytest -q -s tests/test_server_fuzz.py tests/test_server_shutdown.py tests/test_tls.py
+	$(BIN)/python bench/robustness.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .hypothesis certs/*.crt certs/*.key

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support import POLICIES
 from webhook import certs
+from webhook.server import listener
 from webhook.server.app import AppConfig, create_app
 from webhook.server.tls import ReloadingTLS
 
@@ -58,9 +59,10 @@ class Webhook:
     tls: ReloadingTLS
     app: Any
 
-    async def post(self, path: str, body: Any, **kw: Any) -> aiohttp.ClientResponse:
+    async def post(self, path: str, body: Any, headers: dict[str, str] | None = None, **kw: Any) -> aiohttp.ClientResponse:
         data = body if isinstance(body, (bytes, str)) else __import__("json").dumps(body)
-        return await self.session.post(self.base + path, data=data, headers={"Content-Type": "application/json"}, **kw)
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        return await self.session.post(self.base + path, data=data, headers=sent, **kw)
 
     async def review(self, path: str, body: Any) -> dict[str, Any]:
         async with await self.post(path, body) as resp:
@@ -72,13 +74,19 @@ StartWebhook = Callable[..., Awaitable[Webhook]]
 
 
 @pytest.fixture
-async def start_webhook(aiohttp_server: Any, pki: Pki, policy_dir: Path) -> AsyncIterator[StartWebhook]:
+async def start_webhook(pki: Pki, policy_dir: Path) -> AsyncIterator[StartWebhook]:
+    """Start the server as `serve` does (guarded listener, real TLS) on a free localhost port."""
     sessions: list[aiohttp.ClientSession] = []
+    running: list[listener.Listener] = []
 
-    async def start(policies: Path | None = None, view: Any = None, cluster: Any = None, **config: Any) -> Webhook:
-        tls = ReloadingTLS(pki.cert, pki.key)
+    async def start(
+        policies: Path | None = None, view: Any = None, cluster: Any = None,
+        listen: listener.ListenerConfig | None = None, client_ca: Path | None = None, **config: Any,
+    ) -> Webhook:
+        tls = ReloadingTLS(pki.cert, pki.key, client_ca)
         app = create_app(AppConfig(policies=policies or policy_dir, **config), tls=tls, view=view, cluster=cluster)
-        server = await aiohttp_server(app, ssl=tls.context)
+        server = await listener.start(app, listen or listener.ListenerConfig(host="127.0.0.1", port=0), tls.context)
+        running.append(server)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context()))
         sessions.append(session)
         return Webhook(f"https://127.0.0.1:{server.port}", session, tls, app)
@@ -86,6 +94,8 @@ async def start_webhook(aiohttp_server: Any, pki: Pki, policy_dir: Path) -> Asyn
     yield start
     for session in sessions:
         await session.close()
+    for server in running:
+        await server.stop(timeout=2.0)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,7 @@ from cryptography import x509
 from tests.conftest import Pki, StartWebhook, make_pki
 from tests.support import corpus_reviews, load_review
 from webhook import certs
-from webhook.server.app import AppConfig, create_app
-from webhook.server.tls import ReloadingTLS
+from webhook.server import keys
 
 
 async def served_certificate(port: int, ctx: ssl.SSLContext) -> x509.Certificate:
@@ -103,15 +103,14 @@ async def test_tls_below_1_2_is_refused(start_webhook: StartWebhook, pki: Pki) -
     assert (await served_certificate(port, modern)).serial_number
 
 
-async def test_client_certificates_are_required_with_client_ca(aiohttp_server: Any, pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+async def test_client_certificates_are_required_with_client_ca(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
     clients = tmp_path / "clients"
     ca = certs.generate_ca("client CA")
     client = certs.generate_serving(ca, ["kube-apiserver"], client=True)
     certs.write_pair(clients, ca, "ca.crt", "ca.key")
     certs.write_pair(clients, client, "client.crt", "client.key")
-    tls = ReloadingTLS(pki.cert, pki.key, clients / "ca.crt")
-    server = await aiohttp_server(create_app(AppConfig(policies=policy_dir), tls=tls), ssl=tls.context)
-    url = f"https://127.0.0.1:{server.port}/healthz"
+    hook = await start_webhook(client_ca=clients / "ca.crt")
+    url = f"{hook.base}/healthz"
     anonymous = pki.client_context()
     with pytest.raises(aiohttp.ClientError):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous)) as s:
@@ -122,3 +121,82 @@ async def test_client_certificates_are_required_with_client_ca(aiohttp_server: A
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=with_cert)) as s:
         async with s.get(url) as resp:
             assert resp.status == 200
+
+
+async def test_many_rotations_at_a_short_interval_fail_no_handshake(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+    """Rotations in place (key and certificate rewritten one after the other, so a check can see
+    a half-done one) and as a Secret volume does (a ``..data`` symlink swap), while clients open
+    new connections non-stop: every handshake succeeds with a matching pair."""
+    pairs = [make_pki(tmp_path / f"pki{i}") for i in range(3)]
+    trust_all = pki.client_context(*(p.ca for p in pairs))
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "..data").symlink_to(pki.directory)
+    for name in ("tls.crt", "tls.key"):
+        (volume / name).symlink_to(Path("..data") / name)
+    in_place = tmp_path / "in-place"
+    shutil.copytree(pki.directory, in_place)
+    hooks = [
+        await start_webhook(reload_interval=0.02),
+    ]
+    hooks[0].tls.cert, hooks[0].tls.key = volume / "tls.crt", volume / "tls.key"
+    second = await start_webhook(reload_interval=0.02)
+    second.tls.cert, second.tls.key = in_place / "tls.crt", in_place / "tls.key"
+    hooks.append(second)
+    ports = [int(h.base.rsplit(":", 1)[1]) for h in hooks]
+    failures: list[str] = []
+    handshakes = 0
+    stop = asyncio.Event()
+
+    async def connect(port: int) -> None:
+        nonlocal handshakes
+        while not stop.is_set():
+            try:
+                await served_certificate(port, trust_all)
+                handshakes += 1
+            except (ssl.SSLError, OSError) as exc:
+                failures.append(repr(exc))
+
+    clients = [asyncio.create_task(connect(port)) for port in ports for _ in range(3)]
+    rotations = 500
+
+    def rotate() -> None:
+        """From another thread, as the kubelet does: a write can land in the middle of a check."""
+        for n in range(rotations):
+            new = pairs[n % len(pairs)]
+            if n % 2:
+                link = volume / "..data_tmp"
+                link.symlink_to(new.directory)
+                link.replace(volume / "..data")
+            else:
+                (in_place / "tls.key").write_bytes(new.key.read_bytes())
+                time.sleep(0.0005)  # a check may see the key without its certificate
+                (in_place / "tls.crt").write_bytes(new.cert.read_bytes())
+            time.sleep(0.01)
+
+    await asyncio.to_thread(rotate)
+    stop.set()
+    await asyncio.gather(*clients)
+    print(f"{rotations} rotations, {handshakes} handshakes, {len(failures)} failed")
+    assert handshakes >= 100 and not failures, failures[:3]
+    reloads = [h.app[keys.METRICS].tls_reloads.labels("success")._value.get() for h in hooks]
+    assert all(r > 50 for r in reloads), reloads
+
+
+async def test_a_client_without_server_name_gets_the_rotated_certificate_too(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+    hook = await start_webhook(reload_interval=0.02)
+    port = int(hook.base.rsplit(":", 1)[1])
+    new = make_pki(tmp_path / "rotated")
+    shutil.copy(new.key, pki.key)
+    shutil.copy(new.cert, pki.cert)
+    expected = x509.load_pem_x509_certificate(new.cert.read_bytes()).serial_number
+    no_sni = pki.client_context(new.ca)
+    no_sni.check_hostname = False
+    for _ in range(200):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=no_sni, server_hostname=None)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        if x509.load_der_x509_certificate(der).serial_number == expected:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail("a client that sends no server name still gets the old certificate")

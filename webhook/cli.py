@@ -63,7 +63,14 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443)
     p.add_argument("--reload-interval", type=float, default=2.0, help="seconds between file checks")
-    p.add_argument("--shutdown-timeout", type=float, default=15.0)
+    p.add_argument("--shutdown-timeout", type=float, default=15.0, help="seconds from SIGTERM to exit, drain included")
+    p.add_argument("--drain", type=float, default=5.0, help="seconds to keep serving after SIGTERM, /readyz 503")
+    p.add_argument("--header-timeout", type=float, default=5.0, help="seconds to receive a request's headers")
+    p.add_argument("--body-timeout", type=float, default=10.0, help="seconds to receive a request's body")
+    p.add_argument("--idle-timeout", type=float, default=60.0, help="seconds before an idle connection is closed")
+    p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
+    p.add_argument("--eval-deadline", type=float, default=2.0, help="seconds a large object's evaluation may take")
+    p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
@@ -71,8 +78,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from webhook import logs
     from webhook.server import run
 
+    logs.configure(args.log_level, args.log_format)
     return run.serve(args)
 
 

@@ -29,3 +29,12 @@ class ManifestError(GpuAdmissionError):
 
 class ClusterError(GpuAdmissionError):
     """The cluster could not be reached or configured."""
+
+
+class RequestBodyError(GpuAdmissionError):
+    """A request body could not be read within the limits (answered with a 4xx status)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)

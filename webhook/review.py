@@ -22,6 +22,8 @@ API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_WARNING_CHARS = 256
 MAX_WARNINGS_TOTAL = 4096
+#: a denial lists every violation; past this many characters the rest is counted, not listed
+MAX_MESSAGE_CHARS = 8192
 
 
 class StatusJSON(TypedDict, total=False):
@@ -120,7 +122,7 @@ def build_response(review: Review, decision: Decision, *, mutating: bool) -> Rev
             "code": 403,
             "reason": "Forbidden",
             "status": "Failure",
-            "message": decision.message(),
+            "message": limit_message(decision.message()),
         }
     elif mutating and decision.patch:
         response["patchType"] = "JSONPatch"
@@ -153,6 +155,15 @@ def limit_warnings(warnings: Any) -> list[str]:
         kept.append(one)
         total += len(one)
     return kept
+
+
+def limit_message(text: str) -> str:
+    """The denial message within MAX_MESSAGE_CHARS, cut at a line, saying how much was left out."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    kept = text[:MAX_MESSAGE_CHARS].rsplit("\n", 1)[0] or text[:MAX_MESSAGE_CHARS]
+    rest = text[len(kept):].strip("\n")
+    return f"{kept}\n… and {rest.count(chr(10)) + 1} more line(s) ({len(rest)} characters) not shown"
 
 
 def error_body(message: str) -> dict[str, Any]:

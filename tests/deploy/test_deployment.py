@@ -69,6 +69,8 @@ def test_grace_period_outlasts_prestop_and_graceful_shutdown() -> None:
     pre_stop = SERVER.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     assert pre_stop > 0, "keep serving while the endpoint removal propagates"
     assert POD["terminationGracePeriodSeconds"] > pre_stop + shutdown
+    # the drain (serving while not ready) is part of the shutdown timeout
+    assert 0 < float(_args(SERVER).get("--drain", 5)) < shutdown
 
 
 @pytest.mark.parametrize("where,pod", POD_SPECS, ids=[w for w, _ in POD_SPECS])

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,22 +16,19 @@ from aiohttp import web
 from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
 from webhook.policy.view import EMPTY_VIEW, ClusterView
-from webhook.server import handlers, keys
+from webhook.server import evaluation, handlers, keys
+from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
 
-#: kube-apiserver sends at most 3 MiB (FACTS.md §6); more is answered 413.
-MAX_BODY_BYTES = 3 * 1024 * 1024
-
-
 @dataclass(frozen=True)
 class AppConfig:
     policies: Path
     reload_interval: float = 2.0
-    max_body_bytes: int = MAX_BODY_BYTES
+    limits: Limits = Limits()
     #: move everything alive after the first cluster sync out of the garbage
     #: collector's reach: full collections over a large index stall requests
     #: for hundreds of milliseconds. Process-wide, so only for `serve`.
@@ -52,16 +50,21 @@ def create_app(
     has synced, and it answers the rules' cluster questions. Without it the
     rules see ``view`` (default: an empty cluster).
     """
-    app = web.Application(client_max_size=config.max_body_bytes)
+    app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies)
     app[keys.STORE] = store
     app[keys.METRICS] = metrics or Metrics()
+    app[keys.LIMITS] = config.limits
+    app[keys.DRAINING] = asyncio.Event()
+    app.on_response_prepare.append(_close_when_draining)
+    app.cleanup_ctx.append(_executor_ctx)
     fixed_view = view or EMPTY_VIEW
     app[keys.VIEW] = lambda: fixed_view
     # policies are loaded by now (an invalid directory raises above); the
     # cluster index adds its own check when it runs
     app[keys.READY_CHECKS] = []
     app[keys.METRICS].policies_loaded.set(len(store.current.policies))
+    app[keys.METRICS].policy_files_loadable.set(1)
     app[keys.METRICS].reloads.labels("success")
     app[keys.METRICS].reloads.labels("error")
     if tls is not None:
@@ -80,9 +83,25 @@ def create_app(
     return app
 
 
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    """While draining, each answer ends its connection: the client's next request opens a new
+    one, which lands on another replica once endpoints have moved."""
+    if request.app[keys.DRAINING].is_set():
+        response.force_close()
+        # aiohttp has written its own Connection header by the time this hook runs
+        response.headers["Connection"] = "close"
+
+
+async def _executor_ctx(app: web.Application) -> AsyncIterator[None]:
+    app[keys.EXECUTOR] = ThreadPoolExecutor(evaluation.WORKERS, thread_name_prefix="evaluate")
+    yield
+    app[keys.EXECUTOR].shutdown(wait=False, cancel_futures=True)
+
+
 def _reload_policies(app: web.Application) -> None:
     store, metrics = app[keys.STORE], app[keys.METRICS]
     result = store.reload_if_changed()
+    metrics.policy_files_loadable.set(0 if store.last_error else 1)
     if result is None:
         return
     metrics.reloads.labels("success" if result else "error").inc()

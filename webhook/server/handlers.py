@@ -1,4 +1,4 @@
-"""HTTP handlers: decode → evaluate → encode, and the health endpoints."""
+"""HTTP handlers: read → decode → evaluate → encode, and the health endpoints."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 from aiohttp import web
 
 from webhook import review
-from webhook.errors import ReviewError
-from webhook.policy import engine
-from webhook.policy.decision import Decision, Finding
+from webhook.errors import RequestBodyError, ReviewError
+from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
-from webhook.server import keys
+from webhook.server import evaluation, keys
+from webhook.server.body import read_body
 
 log = logging.getLogger(__name__)
 
@@ -28,58 +28,99 @@ async def validate(request: web.Request) -> web.Response:
 async def _admit(request: web.Request, phase: Phase) -> web.Response:
     started = time.perf_counter()
     app = request.app
-    metrics = app[keys.METRICS]
-    endpoint = request.path
-    body = await request.read()  # aiohttp answers 413 itself past client_max_size
+    metrics, limits = app[keys.METRICS], app[keys.LIMITS]
     try:
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
+        objects = _count_objects(body, limits.max_objects)
         parsed = review.parse_review(body)
+    except RequestBodyError as exc:
+        metrics.rejected.labels(exc.reason).inc()
+        log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": request.path})
+        response = _refuse(exc.status, str(exc), close=True)
+        if exc.status == 408:
+            # a client too slow to send its body gets no lingering read of the rest: answer, then close
+            await response.prepare(request)
+            await response.write_eof()
+            request.protocol.force_close()
+        return response
     except ReviewError as exc:
-        metrics.requests.labels(endpoint, "", "", "error").inc()
-        return web.json_response(review.error_body(str(exc)), status=400)
-    try:
-        decision = engine.evaluate(app[keys.STORE].current, parsed.request, app[keys.VIEW](), phase)
-    except Exception:  # a bug must not turn into an opaque "failed calling webhook"
-        log.exception("evaluating %s %s (uid %s) failed", parsed.request.operation, parsed.request.subject, parsed.uid)
-        metrics.requests.labels(endpoint, parsed.request.kind, parsed.request.operation, "error").inc()
-        return _json(review.build_response(parsed, internal_error(phase), mutating=False))
+        metrics.count_request(request.path, "", "", "error", frozenset())
+        log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": request.path})
+        return _refuse(400, str(exc))
+    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, objects)
+    if len(body) >= limits.offload_bytes:
+        outcome = await evaluation.decide_off_loop(app[keys.EXECUTOR], *args)
+    else:
+        outcome = evaluation.decide(*args)
+    if outcome.refused in ("limit", "deadline"):
+        metrics.rejected.labels(outcome.refused).inc()
+    decision = _bounded(outcome.decision, limits.max_patch_bytes, phase)
     payload = review.build_response(parsed, decision, mutating=phase == "mutate")
-    _observe(app, endpoint, parsed, decision)
-    metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    _observe(app, request.path, parsed, decision, outcome.refused)
+    metrics.observe_latency(request.path, time.perf_counter() - started)
     return _json(payload)
+
+
+def _count_objects(body: bytes, limit: int) -> int:
+    """An upper bound of the JSON objects in ``body``; RequestBodyError (413) past ``limit``."""
+    objects = body.count(b"{")
+    if objects > limit:
+        raise RequestBodyError(
+            413, "too-many-objects",
+            f"the review holds up to {objects} JSON objects; gpu-admission reads at most {limit} (a pod review has a few hundred)",
+        )
+    return objects
 
 
 def _json(payload: object) -> web.Response:
     return web.Response(body=review.encode(payload), content_type="application/json")
 
 
-def internal_error(phase: Phase) -> Decision:
-    """What to answer when evaluation itself fails.
-
-    Mutation: allow unchanged, with a warning (the validating webhook still
-    judges the object). Validation: deny, as failurePolicy Fail would, but
-    with a message that says where to look.
-    """
-    text = "gpu-admission could not evaluate its policies for this object (internal error; see its logs)"
-    if phase == "mutate":
-        return Decision(allowed=True, warnings=(text + "; nothing was changed",))
-    return Decision(allowed=False, findings=(Finding("gpu-admission", "internal", "enforce", text),))
+def _refuse(status: int, message: str, *, close: bool = False) -> web.Response:
+    """A 4xx with a Status body; ``close`` when the rest of the body must not be read."""
+    response = web.json_response(review.error_body(message), status=status)
+    if close:
+        response.force_close()
+    return response
 
 
-def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision) -> None:
+def _bounded(decision: Decision, max_patch_bytes: int, phase: Phase) -> Decision:
+    """Drop a patch past the limit (kube-apiserver would store a megabyte-sized change)."""
+    if phase != "mutate" or not decision.patch:
+        return decision
+    size = len(review.encode_patch(decision.patch))
+    if size <= max_patch_bytes:
+        return decision
+    text = f"gpu-admission did not change this object: its patch of {size} bytes is over the {max_patch_bytes}-byte limit"
+    return decision._replace(patch=(), warnings=(text,))
+
+
+def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision, refused: str) -> None:
     metrics = app[keys.METRICS]
     req = parsed.request
-    if not decision.allowed:
-        outcome = "deny"
-        log.info("denied %s %s (uid %s): %s", req.operation, req.subject, parsed.uid, decision.message())
-    elif decision.patch:
-        outcome = "patch"
-    elif decision.warnings:
-        outcome = "warn"
-    else:
-        outcome = "allow"
-    metrics.requests.labels(endpoint, req.kind, req.operation, outcome).inc()
+    outcome = _outcome(decision, refused)
+    metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
     for finding in decision.findings:
         metrics.findings.labels(finding.policy, finding.rule, finding.mode).inc()
+    rules = sorted({f"{f.policy}/{f.rule}" for f in decision.findings})
+    fields = {
+        "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
+        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": rules,
+    }
+    if outcome in ("allow", "warn"):
+        log.debug("%s: %s", outcome, "; ".join(decision.warnings), extra=fields)
+    else:
+        log.info("%s: %s", outcome, decision.message() or "; ".join(decision.warnings), extra=fields)
+
+
+def _outcome(decision: Decision, refused: str) -> str:
+    if refused == "error":
+        return "error"
+    if not decision.allowed:
+        return "deny"
+    if decision.patch:
+        return "patch"
+    return "warn" if decision.warnings else "allow"
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -87,6 +128,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    if request.app[keys.DRAINING].is_set():
+        return web.Response(status=503, text="not ready: shutting down\n")
     problems = [check() for check in request.app[keys.READY_CHECKS]]
     problems = [p for p in problems if p]
     if problems:

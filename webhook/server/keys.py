@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from webhook.policy.view import ClusterView
+from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
@@ -20,3 +23,8 @@ TLS = web.AppKey("tls", ReloadingTLS)
 #: each returns "" when ready, else why not
 ReadyCheck = Callable[[], str]
 READY_CHECKS: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+LIMITS = web.AppKey("limits", Limits)
+#: the worker threads that evaluate large objects off the event loop
+EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+#: set on SIGTERM: /readyz answers 503 and every answer closes its connection
+DRAINING = web.AppKey("draining", asyncio.Event)

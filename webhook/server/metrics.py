@@ -7,6 +7,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+#: the label value of anything outside the known set: labels come from
+#: requests, and each new value is a new time series (and a lone surrogate
+#: in one would make every later scrape fail to encode)
+OTHER = "other"
+ENDPOINTS = frozenset({"/mutate", "/validate"})
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", ""})
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -41,6 +48,29 @@ class Metrics:
         self.tls_reloads = Counter(
             "gpu_admission_certificate_reloads", "Serving certificate reloads by result.", ["result"], registry=r,
         )
+        self.policy_files_loadable = Gauge(
+            "gpu_admission_policy_files_loadable",
+            "1 when the policy files on disk load and validate now, 0 when they do not (the last good set is in force).",
+            registry=r,
+        )
+        self.rejected = Counter(
+            "gpu_admission_rejected_requests",
+            "Requests refused before evaluation (body too large, bad encoding, timeouts, limits) by reason.",
+            ["reason"], registry=r,
+        )
+        self.connections = Gauge("gpu_admission_open_connections", "Client connections open now.", registry=r)
+
+    def count_request(self, endpoint: str, kind: str, operation: str, decision: str, known_kinds: frozenset[str]) -> None:
+        """Count one answered admission request, its labels bounded to known values."""
+        self.requests.labels(
+            endpoint if endpoint in ENDPOINTS else OTHER,
+            kind if kind in known_kinds or not kind else OTHER,
+            operation if operation in OPERATIONS else OTHER,
+            decision,
+        ).inc()
+
+    def observe_latency(self, endpoint: str, seconds: float) -> None:
+        self.latency.labels(endpoint if endpoint in ENDPOINTS else OTHER).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

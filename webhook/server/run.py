@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,9 +13,12 @@ from aiohttp import web
 
 from webhook import certs, cluster
 from webhook.cluster import ClusterIndex
+from webhook.errors import GpuAdmissionError
 from webhook.policy import view
-from webhook.server.metrics import Metrics
+from webhook.server import listener
 from webhook.server.app import AppConfig, create_app
+from webhook.server.limits import Limits
+from webhook.server.metrics import Metrics
 from webhook.server.tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
@@ -24,22 +29,35 @@ DEV_CERTS = Path("certs")
 def serve(args: argparse.Namespace) -> int:
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
+    limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
     app = create_app(
-        AppConfig(policies=args.policies, reload_interval=args.reload_interval, freeze_gc_after_sync=True),
+        AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True),
         tls=tls,
         cluster=_cluster_builder(args),
     )
-    log.info("serving on https://%s:%d with policies from %s", args.host, args.port, args.policies)
-    web.run_app(
-        app,
-        host=args.host,
-        port=args.port,
-        ssl_context=tls.context,
-        shutdown_timeout=args.shutdown_timeout,
-        access_log=None,
-        print=None,
+    config = listener.ListenerConfig(
+        host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,
+        max_connections=args.max_connections,
     )
+    asyncio.run(_serve(app, config, tls, args.drain, args.shutdown_timeout))
     return 0
+
+
+async def _serve(app: web.Application, config: listener.ListenerConfig, tls: ReloadingTLS, drain: float, timeout: float) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and stop within ``timeout`` seconds."""
+    try:
+        running = await listener.start(app, config, tls.context)
+    except OSError as exc:
+        raise GpuAdmissionError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
+    log.info("serving on https://%s:%d", config.host, running.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping: not ready, serving for %g s more, then answering what is in flight (at most %g s in all)", drain, timeout)
+    await running.stop(drain=drain, timeout=timeout)
+    log.info("stopped")
 
 
 def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterIndex] | None:

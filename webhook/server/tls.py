@@ -1,21 +1,29 @@
-"""The server's TLS context, reloaded in place when the certificate files change.
+"""The server's TLS context, and the certificate pair it serves, reloaded when the files change.
 
-A Kubernetes Secret volume swaps its files on rotation. Loading the new pair
-into the live SSLContext makes every new connection use it, while
-connections already open keep theirs: no restart, no failed request. A pair
-that does not load (say the key is written before the certificate) is left
-for the next check and the old pair stays in force.
+A Kubernetes Secret volume swaps its files on rotation. Each check reads
+the certificate and the key once, checks that they are a pair, and builds
+a new SSLContext from those bytes; the listening context's SNI callback
+then hands every new handshake the context in force. The swap is one
+reference assignment: no handshake ever sees the new certificate with the
+old key. Connections already open keep their session. A pair that does not
+load (say the key is written before the certificate) is left for the next
+check and the old pair stays in force.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webhook import certs
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
 from webhook.errors import CertificateError
 
 log = logging.getLogger(__name__)
@@ -29,45 +37,79 @@ def _stamp(paths: list[Path]) -> tuple[tuple[int, int, int], ...]:
     return tuple(stamps)
 
 
+@dataclass(frozen=True)
+class Pair:
+    """A certificate chain and its key, read once and checked against each other."""
+
+    chain: bytes
+    key: bytes
+    client_ca: bytes | None
+    not_after: float
+    client_ca_not_after: float
+
+
 @dataclass
 class ReloadingTLS:
     cert: Path
     key: Path
     client_ca: Path | None = None
+    #: the listening context (give it to the server); it serves ``current``'s pair
     context: ssl.SSLContext = field(init=False)
+    #: the context of the pair in force, swapped whole on reload
+    current: ssl.SSLContext = field(init=False)
     not_after: float = field(init=False, default=0.0)
     client_ca_not_after: float = field(init=False, default=0.0)
     _stamp: tuple[tuple[int, int, int], ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        self.context = self._new_context()
-        self._stamp = self._current_stamp()
-        self._load_into(self.context)
+        try:
+            self._stamp = _stamp(self._paths())
+        except OSError as exc:
+            raise CertificateError(f"cannot read certificate files: {exc}") from exc
+        pair = self._read()
+        self.current = self._build(pair)
+        # OpenSSL runs the callback for every ClientHello, with or without a server
+        # name (tested); the pair is loaded here too so the context is complete alone
+        self.context = self._build(pair)
+        self.context.sni_callback = self._select
+        self.not_after, self.client_ca_not_after = pair.not_after, pair.client_ca_not_after
 
     def _paths(self) -> list[Path]:
         return [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
 
-    def _current_stamp(self) -> tuple[tuple[int, int, int], ...]:
-        try:
-            return _stamp(self._paths())
-        except OSError as exc:
-            raise CertificateError(f"cannot read certificate files: {exc}") from exc
+    def _select(self, ssl_obj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext) -> None:
+        ssl_obj.context = self.current
 
-    def _new_context(self) -> ssl.SSLContext:
+    def _read(self) -> Pair:
+        """Read each file once and check that key and certificate belong together."""
+        try:
+            chain, key = self.cert.read_bytes(), self.key.read_bytes()
+            client_ca = self.client_ca.read_bytes() if self.client_ca else None
+            cert = x509.load_pem_x509_certificate(chain)
+            private = serialization.load_pem_private_key(key, password=None)
+            ca_not_after = x509.load_pem_x509_certificate(client_ca).not_valid_after_utc.timestamp() if client_ca else 0.0
+        except (OSError, ValueError, TypeError) as exc:
+            raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        if cert.public_key().public_bytes(serialization.Encoding.DER, spki) != private.public_key().public_bytes(
+            serialization.Encoding.DER, spki
+        ):
+            raise CertificateError(f"{self.key} is not the key of {self.cert} (a rotation half done?)")
+        return Pair(chain, key, client_ca, cert.not_valid_after_utc.timestamp(), ca_not_after)
+
+    def _build(self, pair: Pair) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if self.client_ca is not None:
-            ctx.verify_mode = ssl.CERT_REQUIRED
+        self._load(ctx, pair)
         return ctx
 
-    def _load_into(self, ctx: ssl.SSLContext) -> None:
+    def _load(self, ctx: ssl.SSLContext, pair: Pair) -> None:
         try:
-            ctx.load_cert_chain(self.cert, self.key)
-            if self.client_ca is not None:
-                ctx.load_verify_locations(cafile=str(self.client_ca))
-            self.not_after = certs.not_after(self.cert.read_bytes()).timestamp()
-            if self.client_ca is not None:
-                self.client_ca_not_after = certs.not_after(self.client_ca.read_bytes()).timestamp()
+            with _pem_file(pair.key + b"\n" + pair.chain) as path:
+                ctx.load_cert_chain(path)
+            if pair.client_ca is not None:
+                ctx.verify_mode = ssl.CERT_REQUIRED
+                ctx.load_verify_locations(cadata=pair.client_ca.decode())
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
 
@@ -80,8 +122,28 @@ class ReloadingTLS:
             return False
         if stamp == self._stamp:
             return False
-        self._load_into(self._new_context())  # raises, leaving the live context alone
-        self._load_into(self.context)
+        pair = self._read()  # raises, leaving the pair in force alone
+        self.current = self._build(pair)
+        self.not_after, self.client_ca_not_after = pair.not_after, pair.client_ca_not_after
+        # taken before the read: a change during it shows at the next check
         self._stamp = stamp
         log.info("serving certificate reloaded from %s", self.cert)
         return True
+
+
+@contextlib.contextmanager
+def _pem_file(data: bytes) -> Iterator[str]:
+    """A path to ``data`` for OpenSSL's file-only loader: in memory where the OS allows it."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("gpu-admission-tls", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pair.pem"
+        path.touch(mode=0o600)
+        path.write_bytes(data)
+        yield str(path)

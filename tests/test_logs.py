@@ -1,0 +1,63 @@
+"""Server logs: one bounded JSON line per record, decisions with their keys, no objects, no tracebacks for bad HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from tests.conftest import Pki, Webhook
+from tests.support import corpus_reviews, load_review
+from webhook import logs
+
+
+def render(record: logging.LogRecord) -> dict[str, object]:
+    line = logs.JsonFormatter().format(record)
+    assert "\n" not in line and line.isascii()
+    return dict(json.loads(line))
+
+
+def test_a_record_is_one_bounded_ascii_json_line() -> None:
+    record = logging.makeLogRecord({"msg": "Pod\udc00 " + "x" * 10_000, "levelname": "INFO", "uid": "u-1"})
+    entry = render(record)
+    assert entry["uid"] == "u-1" and entry["level"] == "info"
+    assert len(str(entry["msg"])) < logs.MAX_MESSAGE_CHARS + 100
+
+
+def test_the_text_format_survives_a_lone_surrogate() -> None:
+    record = logging.makeLogRecord({"msg": "kind %s", "args": ("Pod\udc00",), "levelname": "INFO"})
+    assert "\\udc00" in logs.TextFormatter().format(record)
+
+
+async def test_decisions_are_logged_with_their_keys_and_never_the_object(webhook: Webhook, caplog: pytest.LogCaptureFixture) -> None:
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    container = sent["request"]["object"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+    container["env"] = [{"name": "TOKEN", "value": "s3cr3t-value"}]
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        assert not (await webhook.review("/validate", sent))["response"]["allowed"]
+    (record,) = [r for r in caplog.records if r.name == "webhook.server.handlers"]
+    entry = render(record)
+    req = sent["request"]
+    assert entry["uid"] == req["uid"] and entry["kind"] == "Pod" and entry["verdict"] == "deny"
+    assert entry["namespace"] == req["namespace"] and "gpu-validations/resourceShape" in entry["rules"]  # type: ignore[operator]
+    assert "s3cr3t-value" not in json.dumps(entry)
+
+
+async def test_malformed_http_is_one_short_line_without_traceback(webhook: Webhook, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
+    port = int(webhook.base.rsplit(":", 1)[1])
+    with caplog.at_level(logging.DEBUG, logger="aiohttp"):
+        for garbage in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", b"\x00\x01 nonsense\r\n\r\n"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=pki.client_context(), server_hostname="localhost")
+            writer.write(garbage)
+            answer = await asyncio.wait_for(reader.read(), 5)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert b" 400 " in head.split(b"\r\n")[0] and json.loads(body)["kind"] == "Status"
+            writer.close()
+    server = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert server, "each malformed request is logged"
+    for record in server:
+        assert record.levelno <= logging.INFO and record.exc_info is None
+        assert record.getMessage().startswith("malformed HTTP request from") and len(record.getMessage()) < 300

@@ -1,0 +1,176 @@
+"""Hostile input at the real TLS server: metric labels, Content-Encoding, sizes, bounded cost."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+from typing import Any
+
+import pytest
+
+from tests.conftest import Webhook
+from tests.support import corpus_reviews, load_review
+from webhook.server.limits import Limits
+
+
+def pod_review() -> dict[str, Any]:
+    return load_review(next(p for p in corpus_reviews() if "_create_pods_" in p.name and "dryrun" not in p.name))
+
+
+async def scrape(webhook: Webhook) -> str:
+    async with webhook.session.get(webhook.base + "/metrics") as resp:
+        assert resp.status == 200
+        return await resp.text()
+
+
+async def test_a_lone_surrogate_in_the_kind_leaves_metrics_working(webhook: Webhook) -> None:
+    sent = pod_review()
+    body = json.dumps(sent).replace('"kind": "Pod"', '"kind": "Pod\\udc00"', 1)
+    assert "\\udc00" in body
+    async with await webhook.post("/validate", body) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["response"]["uid"] == sent["request"]["uid"]
+    text = await scrape(webhook)
+    assert 'kind="other"' in text
+
+
+async def test_request_fields_do_not_grow_the_metrics(webhook: Webhook) -> None:
+    sent = pod_review()
+    await webhook.review("/validate", sent)
+    baseline = len(await scrape(webhook))
+    for i in range(200):
+        sent["request"]["kind"]["kind"] = f"Kind{i}"
+        await webhook.review("/validate", sent)
+    text = await scrape(webhook)
+    assert "Kind1" not in text and 'kind="other"' in text
+    assert len(text) < baseline + 2000, "each new kind must not add a time series"
+
+
+def _bodies() -> dict[str, bytes]:
+    raw = json.dumps(pod_review()).encode()
+    deflated = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return {
+        "gzip": gzip.compress(raw),
+        "x-gzip": gzip.compress(raw),
+        "deflate": zlib.compress(raw),
+        "deflate-raw": deflated.compress(raw) + deflated.flush(),
+        "identity": raw,
+    }
+
+
+@pytest.mark.parametrize("name", ["gzip", "x-gzip", "deflate", "deflate-raw", "identity"])
+async def test_compressed_bodies_are_answered(webhook: Webhook, name: str) -> None:
+    body = _bodies()[name]
+    encoding = name.split("-")[0] if name != "x-gzip" else name
+    async with await webhook.post("/mutate", body, headers={"Content-Encoding": encoding}) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["response"]["uid"] == pod_review()["request"]["uid"]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "status", "words"),
+    [
+        ("gzip", b'{"plain": "json"}', 400, "not valid gzip"),
+        ("deflate", b"\x78\x9c\x00\x01garbage", 400, "not valid deflate"),
+        ("gzip", gzip.compress(b"{}")[:-6], 400, "not complete"),
+        ("br", b"{}", 415, "not supported"),
+        ("gzip, gzip", b"{}", 415, "not supported"),
+        ("zstd", b"{}", 415, "not supported"),
+    ],
+    ids=["plain-as-gzip", "garbage-deflate", "truncated-gzip", "brotli", "stacked", "zstd"],
+)
+async def test_bad_content_encoding_is_a_4xx_with_a_status(
+    webhook: Webhook, encoding: str, body: bytes, status: int, words: str
+) -> None:
+    async with await webhook.post("/validate", body, headers={"Content-Encoding": encoding}) as resp:
+        assert resp.status == status
+        answer = await resp.json()
+        assert answer["kind"] == "Status" and words in answer["message"]
+    async with webhook.session.get(webhook.base + "/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_a_gzip_bomb_is_refused_and_its_connection_closed(webhook: Webhook) -> None:
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    body = bomb.compress(b"\0" * (64 * 1024 * 1024)) + bomb.flush()  # 64 MiB inflated, ~64 KiB sent
+    async with await webhook.post("/validate", body, headers={"Content-Encoding": "gzip"}) as resp:
+        assert resp.status == 413
+        assert resp.headers.get("Connection", "").lower() == "close", "the rest of the body must not be read"
+        assert "inflated request body is over" in (await resp.json())["message"]
+    assert 'gpu_admission_rejected_requests_total{reason="too-large"} 1.0' in await scrape(webhook)
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_reading(webhook: Webhook) -> None:
+    body = b"x" * (Limits().max_body_bytes + 1)
+    async with await webhook.post("/validate", body) as resp:
+        assert resp.status == 413
+        assert "over the" in (await resp.json())["message"]
+
+
+def _many_containers(count: int) -> dict[str, Any]:
+    sent = pod_review()
+    template = sent["request"]["object"]["spec"]["containers"][0]
+    sent["request"]["object"]["spec"]["containers"] = [{**template, "name": f"c{i}"} for i in range(count)]
+    return sent
+
+
+async def test_an_object_past_the_container_limit_is_answered_without_evaluation(webhook: Webhook) -> None:
+    sent = _many_containers(Limits().max_containers + 1)
+    validated = (await webhook.review("/validate", sent))["response"]
+    assert validated["allowed"] is False and "at most 256" in validated["status"]["message"]
+    mutated = (await webhook.review("/mutate", sent))["response"]
+    assert mutated["allowed"] is True and "patch" not in mutated
+    assert any("nothing was changed" in w for w in mutated["warnings"])
+    assert 'gpu_admission_requests_total{decision="deny",endpoint="/validate"' in await scrape(webhook)
+
+
+async def test_objects_within_the_limit_are_evaluated_off_the_loop(webhook: Webhook) -> None:
+    """A large body goes to a worker thread: same answer as inline evaluation."""
+    sent = _many_containers(200)
+    sent["request"]["object"]["metadata"]["annotations"] = {"padding": "x" * Limits().offload_bytes}
+    answer = (await webhook.review("/mutate", sent))["response"]
+    assert answer["uid"] == sent["request"]["uid"] and answer["allowed"]
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    assert ops, "the GPU pod is still mutated"
+
+
+async def test_past_the_deadline_validation_fails_closed_and_mutation_changes_nothing(start_webhook: Any) -> None:
+    hook = await start_webhook(limits=Limits(deadline=0.0, offload_bytes=0))
+    sent = pod_review()
+    validated = (await hook.review("/validate", sent))["response"]
+    assert validated["allowed"] is False and "longer than 0 s" in validated["status"]["message"]
+    mutated = (await hook.review("/mutate", sent))["response"]
+    assert mutated["allowed"] is True and "patch" not in mutated
+    assert 'gpu_admission_requests_total{decision="warn",endpoint="/mutate"' in await scrape(hook)
+
+
+async def test_a_patch_past_the_limit_is_dropped_with_a_warning(start_webhook: Any) -> None:
+    hook = await start_webhook(limits=Limits(max_patch_bytes=10))
+    sent = pod_review()
+    sent["request"]["object"]["spec"]["tolerations"] = []
+    response = (await hook.review("/mutate", sent))["response"]
+    assert "patch" not in response and response["allowed"]
+    assert "over the 10-byte limit" in response["warnings"][0]
+
+
+def test_a_long_denial_message_is_cut_at_a_line_and_says_what_is_left_out() -> None:
+    from webhook import review
+
+    text = "\n".join(f"[p/r] violation number {n}" for n in range(2000))
+    cut = review.limit_message(text)
+    assert len(cut) <= review.MAX_MESSAGE_CHARS + 100
+    assert cut.splitlines()[-2].startswith("[p/r] violation number") and "more line(s)" in cut.splitlines()[-1]
+    shown = len(cut.splitlines()) - 1
+    assert f"and {2000 - shown} more line(s)" in cut
+    assert review.limit_message("short") == "short"
+
+
+async def test_a_review_of_too_many_json_objects_is_refused_before_decoding(webhook: Webhook) -> None:
+    sent = _many_containers(1)
+    sent["request"]["object"]["spec"]["containers"] = [{"name": f"c{n}"} for n in range(Limits().max_objects + 1)]
+    async with await webhook.post("/validate", sent) as resp:
+        assert resp.status == 413
+        assert "JSON objects" in (await resp.json())["message"]
+    assert 'gpu_admission_rejected_requests_total{reason="too-many-objects"} 1.0' in await scrape(webhook)

@@ -1,0 +1,75 @@
+"""Policy files rewritten under the running server: never half-loaded, and a gauge says when they do not load."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from tests.conftest import StartWebhook
+from tests.support import corpus_reviews, load_review
+from webhook.server import keys
+
+
+def fractional_gpu_review() -> dict[str, object]:
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    container = sent["request"]["object"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+    return sent
+
+
+async def test_a_file_rewritten_in_place_is_never_loaded_half_written(start_webhook: StartWebhook, policy_dir: Path) -> None:
+    """The validations file rewritten slowly, in place: every prefix of it is on disk for a while
+    (the empty file first). A fractional-GPU pod must be refused throughout."""
+    hook = await start_webhook(reload_interval=0.05)
+    store = hook.app[keys.STORE]
+    target = policy_dir / "gpu-validations.yaml"
+    text = target.read_text() + "# rewritten\n"
+    sent = fractional_gpu_review()
+    assert not (await hook.review("/validate", sent))["response"]["allowed"]
+
+    def rewrite() -> None:
+        with target.open("w") as f:
+            for start in range(0, len(text), 200):
+                f.write(text[start : start + 200])
+                f.flush()
+                time.sleep(0.03)  # shorter than a check interval: never stable half-way
+
+    writer = asyncio.create_task(asyncio.to_thread(rewrite))
+    verdicts = []
+    while not writer.done():
+        verdicts.append((await hook.review("/validate", sent))["response"]["allowed"])
+    before = store.current
+    for _ in range(100):
+        if store.current is not before:
+            break
+        await asyncio.sleep(0.05)
+    assert len(verdicts) > 10 and not any(verdicts), "a half-written policy file was in force"
+    assert hook.app[keys.METRICS].reloads.labels("error")._value.get() == 0, "half-written states were never tried"
+    assert hook.app[keys.METRICS].reloads.labels("success")._value.get() == 1, "the finished file is loaded once"
+
+
+async def test_a_gauge_says_whether_the_files_on_disk_load(start_webhook: StartWebhook, policy_dir: Path) -> None:
+    hook = await start_webhook(reload_interval=0.02)
+    store = hook.app[keys.STORE]
+
+    async def loadable() -> str:
+        async with hook.session.get(hook.base + "/metrics") as resp:
+            text = await resp.text()
+        return next(line.split()[-1] for line in text.splitlines() if line.startswith("gpu_admission_policy_files_loadable "))
+
+    good = store.current
+    assert await loadable() == "1.0"
+    (policy_dir / "broken.yaml").write_text("apiVersion: gpu-admission.io/v1alpha1\nkind: GPUPolicy\nspec: 7\n")
+    for _ in range(200):
+        if store.last_error:
+            break
+        await asyncio.sleep(0.02)
+    assert "broken.yaml" in store.last_error and store.current is good
+    assert await loadable() == "0.0"
+    (policy_dir / "broken.yaml").unlink()
+    for _ in range(200):
+        if not store.last_error:
+            break
+        await asyncio.sleep(0.02)
+    assert await loadable() == "1.0"

@@ -1,0 +1,136 @@
+"""Graceful stop of a real `gpu-admission serve` process under keep-alive load: nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+
+from tests.conftest import Pki
+from tests.support import REPO, corpus_reviews, load_review
+
+DRAIN, TIMEOUT = 1.5, 8.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str, level: str = "INFO") -> subprocess.Popen[bytes]:
+    """`gpu-admission serve` in a process of its own, its JSON log lines written to ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "webhook", "--log-level", level, "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
+         "--policies", str(policy_dir), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
+         "--drain", str(DRAIN), "--shutdown-timeout", str(TIMEOUT), *extra],
+        cwd=REPO, stderr=log.open("wb"),
+    )
+
+
+async def wait_ready(base: str, ctx: ssl.SSLContext, proc: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        for _ in range(300):
+            assert proc.poll() is None, f"server exited with {proc.returncode}"
+            try:
+                async with session.get(base + "/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("server never ready")
+
+
+async def keep_alive_client(base: str, ctx: ssl.SSLContext, body: bytes, uid: str, tally: Counter[str]) -> None:
+    """Requests one after another on a pooled connection until the server refuses to connect."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=1)) as session:
+        while True:
+            try:
+                async with session.post(base + "/validate", data=body, headers={"Content-Type": "application/json"}) as resp:
+                    answer = await resp.json()
+                    ok = resp.status == 200 and answer["response"]["uid"] == uid
+                    tally["answered" if ok else "bad"] += 1
+                    if resp.headers.get("Connection", "").lower() == "close":
+                        tally["closed-by-server"] += 1
+            except aiohttp.ClientConnectorError:
+                tally["refused at connect"] += 1
+                return
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                tally[f"lost: {type(exc).__name__}"] += 1
+                return
+
+
+async def slow_upload(port: int, ctx: ssl.SSLContext, body: bytes, started: asyncio.Event) -> int:
+    """Headers and half the body before SIGTERM, the rest during the drain: still answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    head = f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    writer.write(head.encode() + body[: len(body) // 2])
+    await writer.drain()
+    started.set()
+    await asyncio.sleep(DRAIN / 2)
+    writer.write(body[len(body) // 2 :])
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    writer.close()
+    return status
+
+
+async def test_sigterm_under_keep_alive_load_loses_no_request(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
+    proc = start_server(pki, policy_dir, port, tmp_path / "server.log")
+    try:
+        await wait_ready(base, ctx, proc)
+        sent = load_review(corpus_reviews()[0])
+        body, uid = json.dumps(sent).encode(), sent["request"]["uid"]
+        tally: Counter[str] = Counter()
+        clients = [asyncio.create_task(keep_alive_client(base, ctx, body, uid, tally)) for _ in range(20)]
+        uploading = asyncio.Event()
+        upload = asyncio.create_task(slow_upload(port, ctx, body, uploading))
+        await asyncio.sleep(1.0)
+        await uploading.wait()
+        before = tally["answered"]
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, force_close=True)) as probe:
+            async with probe.get(base + "/readyz") as resp:
+                ready_status = resp.status
+        await asyncio.wait_for(asyncio.gather(*clients), TIMEOUT + 5)
+        upload_status = await upload
+        code = await asyncio.to_thread(proc.wait, TIMEOUT + 5)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(dict(tally), f"exit {code} after {took:.2f} s")
+    assert ready_status == 503, "not ready as soon as SIGTERM arrives"
+    assert upload_status == 200, "a body still uploading at SIGTERM is answered"
+    assert not [k for k in tally if k.startswith("lost") or k == "bad"], dict(tally)
+    assert tally["answered"] > before, "requests arriving during the drain are answered"
+    assert tally["closed-by-server"] > 0, "answers during the drain carry Connection: close"
+    assert tally["refused at connect"] == 20
+    assert code == 0
+    lines = [json.loads(line) for line in (tmp_path / "server.log").read_text().splitlines()]
+    assert lines[-1]["msg"] == "stopped", lines[-3:]
+    assert not [line for line in lines if line["level"] == "error"]
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = start_server(pki, policy_dir, taken.getsockname()[1], tmp_path / "server.log")
+        assert proc.wait(30) == 1
+    lines = (tmp_path / "server.log").read_text().splitlines()
+    assert lines[-1].startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in "".join(lines)

@@ -1,0 +1,94 @@
+"""Slow and idle clients: header and body timeouts, a connection cap; normal requests keep flowing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+
+from tests.conftest import Pki, StartWebhook, Webhook
+from tests.support import corpus_reviews, load_review
+from webhook.server import keys, listener
+from webhook.server.limits import Limits
+
+GUARDED = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=0.5, max_connections=40)
+
+
+def port_of(hook: Webhook) -> int:
+    return int(hook.base.rsplit(":", 1)[1])
+
+
+async def connect(port: int, ctx: ssl.SSLContext) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+
+
+async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes:
+    """Everything the server sent before closing; fails if it is still open after ``within`` s."""
+    return await asyncio.wait_for(reader.read(), within)
+
+
+async def slowloris(port: int, ctx: ssl.SSLContext) -> bytes:
+    reader, writer = await connect(port, ctx)
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+    for n in range(100):  # a header line now and then, never the blank line that ends them
+        if reader.at_eof():
+            break
+        try:
+            writer.write(f"X-{n}: y\r\n".encode())
+            await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            break
+        await asyncio.sleep(0.1)
+    return await closed_by_server(reader, 5)
+
+
+async def slow_body(port: int, ctx: ssl.SSLContext) -> bytes:
+    reader, writer = await connect(port, ctx)
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    await writer.drain()
+    return await closed_by_server(reader, 5)
+
+
+async def test_slow_headers_and_bodies_are_cut_off_while_others_are_served(start_webhook: StartWebhook, pki: Pki) -> None:
+    hook = await start_webhook(listen=GUARDED, limits=Limits(body_timeout=0.5))
+    port, ctx = port_of(hook), pki.client_context()
+    sent = load_review(corpus_reviews()[1])
+    slow = [asyncio.create_task(slowloris(port, ctx)) for _ in range(10)]
+    slow += [asyncio.create_task(slow_body(port, ctx)) for _ in range(5)]
+    answered = 0
+    while not all(t.done() for t in slow):
+        assert (await hook.review("/validate", sent))["response"]["uid"] == sent["request"]["uid"]
+        answered += 1
+    results = await asyncio.gather(*slow)
+    assert all(r == b"" for r in results[:10]), "a request head that never ends gets no answer, just a close"
+    for raw in results[10:]:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
+        assert json.loads(body)["kind"] == "Status"
+    metrics = hook.app[keys.METRICS]
+    assert metrics.rejected.labels("header-timeout")._value.get() == 10
+    assert metrics.rejected.labels("body-timeout")._value.get() == 5
+    assert answered > 0
+
+
+async def test_connections_past_the_cap_are_closed_at_once(start_webhook: StartWebhook, pki: Pki) -> None:
+    hook = await start_webhook(listen=listener.ListenerConfig(host="127.0.0.1", port=0, max_connections=3))
+    port, ctx = port_of(hook), pki.client_context()
+    held = [await connect(port, ctx) for _ in range(3)]
+    reader, _ = await connect(port, ctx)
+    assert await closed_by_server(reader, 5) == b""
+    assert hook.app[keys.METRICS].rejected.labels("connection-cap")._value.get() == 1
+    for _, writer in held:
+        writer.close()
+    for _ in range(100):  # the server sees the closes
+        if hook.app[keys.METRICS].connections._value.get() == 0:
+            break
+        await asyncio.sleep(0.02)
+    async with hook.session.get(hook.base + "/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_an_idle_connection_that_never_sends_is_closed(start_webhook: StartWebhook, pki: Pki) -> None:
+    hook = await start_webhook(listen=GUARDED)
+    reader, _ = await connect(port_of(hook), pki.client_context())
+    assert await closed_by_server(reader, 5) == b""

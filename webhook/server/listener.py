@@ -1,0 +1,212 @@
+"""The TLS listener: per-connection guards, and a stop that loses no request.
+
+aiohttp's own server has no read timeout for request headers (a client that
+sends half a request line holds its connection until the keep-alive limit),
+no cap on connections, and on shutdown closes keep-alive connections while a
+client may be sending on them. The listener below adds those guards to
+aiohttp's request handler and drains before it stops:
+
+1. ``/readyz`` turns 503 and every answer carries ``Connection: close``
+   (``drain`` seconds): endpoints are removed while the server still serves,
+   and each client moves its next request to a new connection;
+2. the listening socket closes (new connections are refused at connect);
+3. connections still open are answered to the end, then closed once idle
+   and quiet (no byte received for ``QUIET_SECONDS``), within the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from asyncio import sslproto
+from dataclasses import dataclass
+from typing import Any
+
+from http import HTTPStatus
+
+from aiohttp import web, web_protocol
+from aiohttp.web_request import BaseRequest
+
+from webhook import logs, review
+from webhook.server import keys
+
+log = logging.getLogger(__name__)
+
+#: asyncio gives every TLS connection a 256 KiB read buffer (SSLProtocol.max_size),
+#: the better part of what an idle connection costs. TLS records hold at most
+#: 16 KiB, so a smaller buffer reads a 3 MiB review in a few more steps and
+#: nothing else changes. Process-wide: set by ``start``, i.e. by the server.
+TLS_READ_BUFFER = 32 * 1024
+
+#: a connection with no byte received for this long, and no request in
+#: progress, can be closed at shutdown without cutting a request in flight
+QUIET_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    host: str = "0.0.0.0"
+    port: int = 8443
+    #: from the first byte of a request (or from the handshake) to its last header line
+    header_timeout: float = 5.0
+    #: an idle keep-alive connection is closed after this long (kube-apiserver's
+    #: client keeps idle connections for 90 s and opens a new one when needed)
+    idle_timeout: float = 60.0
+    handshake_timeout: float = 5.0
+    max_connections: int = 1000
+    #: after an early answer (413, 408) the rest of a body is read and dropped for this long
+    lingering: float = 2.0
+    backlog: int = 512
+
+
+class GuardedHandler(web_protocol.RequestHandler):
+    """aiohttp's request handler with a header timeout, a connection cap and activity tracking."""
+
+    def __init__(self, manager: web.Server, *, config: ListenerConfig, app: web.Application, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._config = config
+        self._app = app
+        self._header_timer: asyncio.TimerHandle | None = None
+        self.last_activity = 0.0
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        loop = asyncio.get_running_loop()
+        self.last_activity = loop.time()
+        server = self._manager
+        if server is not None and len(server.connections) > self._config.max_connections:
+            self._app[keys.METRICS].rejected.labels("connection-cap").inc()
+            self.force_close()
+            return
+        self._app[keys.METRICS].connections.inc()
+        self._counted = True
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        if self._counted:
+            self._app[keys.METRICS].connections.dec()
+            self._counted = False
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = asyncio.get_running_loop().time()
+        super().data_received(data)
+        if self._messages or self._request_in_progress:
+            self._disarm_header_timer()
+        elif self._header_timer is None:
+            self._arm_header_timer()
+
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        """aiohttp's answer to a request it could not parse, as a Status body like every other 4xx."""
+        response = super().handle_error(request, status, exc, message)
+        if not 400 <= status < 500:
+            return response
+        text = " ".join((message or HTTPStatus(status).phrase).split())[:300]
+        response = web.json_response(review.error_body(f"malformed HTTP request: {text}"), status=status)
+        response.force_close()
+        return response
+
+    def idle(self) -> bool:
+        """No request received, queued or being answered."""
+        return not self._messages and not self._request_in_progress
+
+    def _arm_header_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._header_timer = loop.call_later(self._config.header_timeout, self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.idle() and self.transport is not None:
+            self._app[keys.METRICS].rejected.labels("header-timeout").inc()
+            log.info("closing a connection that sent no complete request head in %g s", self._config.header_timeout)
+            self.force_close()
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP+TLS site whose connections are GuardedHandlers."""
+
+    __slots__ = ("_config", "_app", "port")
+
+    def __init__(self, runner: web.AppRunner, config: ListenerConfig, ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=config.backlog)
+        self._config = config
+        self._app = runner.app
+        self.port = config.port
+
+    @property
+    def name(self) -> str:
+        return f"https://{self._config.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        config, app = self._config, self._app
+
+        def protocol() -> GuardedHandler:
+            return GuardedHandler(
+                server, loop=loop, config=config, app=app, keepalive_timeout=config.idle_timeout,
+                access_log=None, auto_decompress=False, lingering_time=config.lingering,
+            )
+
+        self._server = await loop.create_server(
+            protocol, config.host, config.port, ssl=self._ssl_context, backlog=config.backlog,
+            ssl_handshake_timeout=config.handshake_timeout if self._ssl_context else None, reuse_address=True,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+
+class Listener:
+    """A running server: its app, runner and site, and the way it stops."""
+
+    def __init__(self, runner: web.AppRunner, site: GuardedSite) -> None:
+        self.runner = runner
+        self.site = site
+
+    @property
+    def port(self) -> int:
+        return self.site.port
+
+    async def stop(self, drain: float = 0.0, timeout: float = 15.0) -> None:
+        """Drain, stop listening, answer what is in flight, then close; within ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self.runner.app[keys.DRAINING].set()
+        await asyncio.sleep(max(0.0, min(drain, timeout - 1.0)))
+        await self.site.stop()
+        while loop.time() < deadline - 0.5 and self._busy(loop.time()):
+            await asyncio.sleep(0.05)
+        await self.runner.cleanup()
+
+    def _busy(self, now: float) -> bool:
+        server = self.runner.server
+        if server is None:
+            return False
+        return any(
+            not (isinstance(c, GuardedHandler) and c.idle() and now - c.last_activity >= QUIET_SECONDS)
+            for c in server.connections
+        )
+
+
+async def start(app: web.Application, config: ListenerConfig, ssl_context: ssl.SSLContext | None) -> Listener:
+    """Start ``app`` (its startup and cleanup contexts) behind a guarded listener."""
+    logs.quiet_protocol_errors()
+    if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ_BUFFER:
+        sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = GuardedSite(runner, config, ssl_context)
+    await site.start()
+    return Listener(runner, site)
