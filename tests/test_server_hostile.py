@@ -29,11 +29,16 @@ async def test_a_lone_surrogate_in_the_kind_leaves_metrics_working(webhook: Webh
     sent = pod_review()
     body = json.dumps(sent).replace('"kind": "Pod"', '"kind": "Pod\\udc00"', 1)
     assert "\\udc00" in body
+    # not Unicode, so not a review kube-apiserver could send: refused with a Status, never a 500
     async with await webhook.post("/validate", body) as resp:
+        assert resp.status == 400
+        assert (await resp.json())["kind"] == "Status"
+    await scrape(webhook)
+    unknown = json.dumps(sent).replace('"kind": "Pod"', '"kind": "Pod\\u00e9"', 1)
+    async with await webhook.post("/validate", unknown) as resp:
         assert resp.status == 200
         assert (await resp.json())["response"]["uid"] == sent["request"]["uid"]
-    text = await scrape(webhook)
-    assert 'kind="other"' in text
+    assert 'kind="other"' in await scrape(webhook)
 
 
 async def test_request_fields_do_not_grow_the_metrics(webhook: Webhook) -> None:
