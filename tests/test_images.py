@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.facts import section, table_rows
-from webhook.policy import images
+from webhook.policy import image_table, images
 from webhook.policy.cuda import CudaVersion
 
 
@@ -47,7 +47,7 @@ def test_facts_tables_were_read() -> None:
 
 
 def test_ngc_table_is_the_facts_table() -> None:
-    assert sorted(images.NGC_RELEASES) == sorted(NGC)
+    assert sorted(image_table.NGC_RELEASES) == sorted(NGC)
 
 
 @pytest.mark.parametrize(("release", "cuda"), NGC_RELEASES, ids=[r for r, _ in NGC_RELEASES])
@@ -64,7 +64,7 @@ def test_ngc_releases_outside_the_table_are_unknown(release: str) -> None:
 
 
 def test_tensorflow_table_is_the_facts_table() -> None:
-    assert sorted(images.TENSORFLOW_RELEASES) == sorted(facts_tensorflow())
+    assert sorted(image_table.TENSORFLOW_RELEASES) == sorted(facts_tensorflow())
     for first, last, cuda in facts_tensorflow():
         for minor in range(int(first.split(".")[1]), int(last.split(".")[1]) + 1):
             inferred = images.from_image(f"tensorflow/tensorflow:2.{minor}.0-gpu")
@@ -89,11 +89,10 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("nvidia/cuda@sha256:0123abcd", None),
         ("pytorch/pytorch:latest", None),
         ("tensorflow/tensorflow:latest-gpu", None),
-        ("tensorflow/tensorflow:1.4.1-gpu-py3", None),
+        ("tensorflow/tensorflow:1.4.1-gpu-py3", "8.0"),
         ("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04", None),
         ("nvcr.io/nvidia/gpu-operator:v24.3.0", None),
         ("vllm/vllm-openai:v0.6.3", None),
-        ("busybox:1.36", None),
         ("", None),
     ],
 )
