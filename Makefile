@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: serve test lint bench bench-engine certs clean
+.PHONY: serve test lint bench bench-engine certs clean registry-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,17 @@ certs: $(STAMP)
 serve: $(STAMP) certs/tls.crt
 	$(BIN)/gpu-admission serve --policies policies --host 127.0.0.1 --port 8443
 
-test: $(STAMP)
+# the registry resolver's tests run a real registry: Debian's docker-registry
+# (and htpasswd). Installed when missing and apt-get can (root); the tests skip
+# with that reason otherwise.
+registry-tools:
+	@command -v docker-registry >/dev/null && command -v htpasswd >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      docker-registry apache2-utils >/dev/null; } || \
+	  echo "docker-registry not installed: tests/test_registry.py will skip"
+
+test: $(STAMP) registry-tools
 	$(BIN)/python -m pytest
 	$(BIN)/python -m mypy
 

@@ -29,3 +29,7 @@ class ManifestError(GpuAdmissionError):
 
 class ClusterError(GpuAdmissionError):
     """The cluster could not be reached or configured."""
+
+
+class RegistryError(GpuAdmissionError):
+    """A container registry could not tell an image's config (unreachable, refused, malformed)."""

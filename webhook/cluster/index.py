@@ -156,3 +156,7 @@ class ClusterIndex:
 
     def runtime_class(self, name: str) -> Object | None:
         return self._snapshot("runtimeclasses").get(CLUSTER, name)
+
+    def image_config(self, image: str) -> None:
+        """Image configs come from the registry resolver (webhook.registry), which wraps this view."""
+        return None

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
+from webhook.policy.images import ImageConfig
+
 Object = Mapping[str, Any]
 
 #: The kinds of cluster state a view can hold.
@@ -74,6 +76,9 @@ class ClusterView(Protocol):
     def runtime_class(self, name: str) -> Object | None:
         """The RuntimeClass of that name, or None."""
 
+    def image_config(self, image: str) -> ImageConfig | None:
+        """What a registry resolver has read from the image's config already, or None."""
+
 
 @dataclass(frozen=True)
 class SnapshotView:
@@ -87,6 +92,8 @@ class SnapshotView:
     known: frozenset[str] = frozenset()
     #: why a resource is unknown, for messages; {resource} is filled in
     unknown_reason: str = "no {resource} in the cluster snapshot"
+    #: image reference → its config, as a registry resolver read it
+    image_configs: Mapping[str, ImageConfig] = field(default_factory=dict)
 
     @classmethod
     def from_objects(cls, objects: Iterable[Object], *, known: Iterable[str] = ()) -> SnapshotView:
@@ -140,6 +147,9 @@ class SnapshotView:
 
     def runtime_class(self, name: str) -> Object | None:
         return _by_name(self._of("RuntimeClass"), name)
+
+    def image_config(self, image: str) -> ImageConfig | None:
+        return self.image_configs.get(image.strip())
 
 
 #: what rules see without any cluster access (server --no-cluster or no credentials)

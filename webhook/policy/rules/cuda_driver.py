@@ -71,7 +71,7 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
     needs = []
     for ref in ctx.gpu_containers():
         image = str(ref.container.get("image") or "")
-        found = images.infer(ref.name, image, annotations, rules)
+        found = images.infer(ref.name, image, annotations, rules, ctx.view.image_config(image))
         if isinstance(found, images.Inferred) and found.version is None:
             continue  # no CUDA in the image: no driver is too old for it
         driver = cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index) if isinstance(found, images.Inferred) and found.version else None
