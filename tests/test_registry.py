@@ -10,6 +10,7 @@ is shown by admission returning while the resolution is still running.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -217,3 +218,79 @@ def test_docker_config_credentials_never_print() -> None:
                                            "registry.example:5000": {"username": "bot", "password": "pw-123"}}})
     assert table["registry.example:5000"] == Credentials("bot", "pw-123")
     assert "hunter2" not in repr(table) and "pw-123" not in repr(table)
+
+
+def _review(image: str) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "ml", "operation": "CREATE", "userInfo": {"username": "tester"},
+                        "object": _pod(image), "oldObject": None, "dryRun": False}}
+
+
+async def _webhook(aiohttp_client: Any, budget: float) -> Any:
+    from tests.support import POLICIES
+    from webhook.server import keys
+    from webhook.server.app import AppConfig, create_app
+
+    view = SnapshotView.from_objects([_node("NVIDIA-GeForce-RTX-4090", "535.104.05")])
+    app = create_app(AppConfig(policies=POLICIES), view=view, images=ResolverSettings(budget=budget))
+    client = await aiohttp_client(app)
+    return client, lambda: app[keys.RESOLVER]
+
+
+async def test_the_server_resolves_within_its_budget_and_answers_from_the_cache(
+    registries: dict[str, Registry], aiohttp_client: Any
+) -> None:
+    client, resolver = await _webhook(aiohttp_client, budget=30)
+    image = f"{registries['none'].host}/team/serve:v1"
+    first = await (await client.post("/validate", json=_review(image))).json()
+    assert first["response"]["allowed"] is False
+    assert "CUDA 12.4.1 (image config at sha256:" in first["response"]["status"]["message"]
+    asked = resolver().client.requests
+    second = await (await client.post("/validate", json=_review(image))).json()
+    assert second["response"]["status"]["message"] == first["response"]["status"]["message"]
+    assert resolver().client.requests == asked
+
+
+async def test_the_server_does_not_wait_past_its_budget(aiohttp_client: Any) -> None:
+    release = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    image = f"127.0.0.1:{server.sockets[0].getsockname()[1]}/team/serve:v1"
+    client, resolver = await _webhook(aiohttp_client, budget=0.05)
+    try:
+        answer = await (await client.post("/validate", json=_review(image))).json()
+        assert answer["response"]["allowed"] is True  # unknown, so a warning: never a denial by itself
+        assert any("no CUDA version known" in w for w in answer["response"]["warnings"])
+        assert image in resolver()._inflight  # still resolving in the background
+    finally:
+        release.set()
+        server.close()
+        await server.wait_closed()
+
+
+def test_audit_resolve_images(registries: dict[str, Registry], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from tests.support import POLICIES
+    from webhook import cli
+
+    registry = registries["htpasswd"]
+    config = tmp_path / "config.json"
+    assert registry.user is not None
+    user, password = registry.user
+    config.write_text(json.dumps({"auths": {registry.host: {"username": user, "password": password}}}))
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"kind": "List", "items": [_node("Tesla-T4", "470.82.01")]}))
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(_pod(f"{registry.host}/team/multi:v2")))
+    args = ["audit", "--policies", str(POLICIES), "--cluster-state", str(tmp_path / "nodes.yaml"), str(tmp_path / "pod.yaml")]
+    assert cli.main(args) == 0
+    assert "no CUDA version known" in capsys.readouterr().out
+    assert cli.main([*args, "--resolve-images", "--registry-config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "CUDA 12.8.1 (image config at sha256:" in out and "needs driver >= 570.124.06" in out
+    assert "s3cret-pass" not in out

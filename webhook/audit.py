@@ -17,7 +17,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from webhook.policy import engine, loader
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Request
 from webhook.policy.view import RESOURCES, SnapshotView, flatten_lists
+from webhook.registry import flags
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -59,6 +60,7 @@ def add_parser(sub: Any) -> None:
                         "when they hold none of it (repeatable)")
     p.add_argument("--namespace", help="namespace for objects that name none (default: default)")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    flags.add_arguments(p, "every unknown image of the manifests, before the audit")
     p.set_defaults(func=run)
 
 
@@ -66,9 +68,13 @@ def run(args: argparse.Namespace) -> int:
     policies = loader.load_directory(args.policies)
     view = load_cluster_state(args.cluster_state, complete=args.complete)
     problems: list[str] = []
+    manifests = list(read_manifests(args.paths, problems))
+    resolving = flags.settings(args, budget=60.0)
+    if resolving is not None:
+        view = replace(view, image_configs=flags.resolve_all((obj for _, obj in manifests), resolving))
     results = [
         result
-        for source, obj in read_manifests(args.paths, problems)
+        for source, obj in manifests
         if (result := audit_object(policies, view, source, obj, namespace=args.namespace)) is not None
     ]
     sys.stdout.write(render_json(results) if args.format == "json" else render_text(results))

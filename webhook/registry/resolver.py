@@ -13,9 +13,11 @@ is judged as unknown, as without a resolver.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +27,8 @@ from webhook.errors import RegistryError
 from webhook.policy import images
 from webhook.policy.images import ImageConfig, ImageRef
 from webhook.registry.cache import TTLCache
-from webhook.registry.client import RegistryClient
+from webhook.registry.client import Platform, RegistryClient
+from webhook.registry.credentials import Credentials, load_docker_config
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,26 @@ class ResolverSettings:
     retry_after: float = 60.0  # how long a failure is remembered
     size: int = 4096  # entries per cache
     timeout: float = 10.0  # one background resolution, end to end
+    docker_config: str = ""  # a docker config.json with registry credentials (read-only)
+    platform: Platform = Platform()
+
+
+@contextlib.asynccontextmanager
+async def running(settings: ResolverSettings) -> AsyncIterator[Resolver]:
+    """A resolver with its own HTTP session, for as long as the block runs."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=settings.timeout)) as session:
+        resolver = open_resolver(session, settings)
+        try:
+            yield resolver
+        finally:
+            await resolver.close()
+
+
+def open_resolver(session: aiohttp.ClientSession, settings: ResolverSettings) -> Resolver:
+    """A resolver over ``session`` with the credentials of ``settings.docker_config`` (RegistryError if unreadable)."""
+    credentials: dict[str, Credentials] = load_docker_config(Path(settings.docker_config)) if settings.docker_config else {}
+    client = RegistryClient(session, credentials=credentials, platform=settings.platform, clock=time.monotonic)
+    return Resolver(client, settings)
 
 
 class Resolver:

@@ -15,6 +15,8 @@ from aiohttp import web
 from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
 from webhook.policy.view import EMPTY_VIEW, ClusterView
+from webhook.registry.resolver import ResolverSettings, running
+from webhook.registry.view import ResolvedView
 from webhook.server import handlers, keys
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
@@ -44,13 +46,15 @@ def create_app(
     view: ClusterView | None = None,
     metrics: Metrics | None = None,
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
+    images: ResolverSettings | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
     ``cluster`` builds the live cluster index (given the app's metrics); it is
     started in the background when the app starts, the app is ready once it
     has synced, and it answers the rules' cluster questions. Without it the
-    rules see ``view`` (default: an empty cluster).
+    rules see ``view`` (default: an empty cluster). ``images`` turns on the
+    registry resolver: admission waits for unknown images at most its budget.
     """
     app = web.Application(client_max_size=config.max_body_bytes)
     store = PolicyStore(config.policies)
@@ -69,6 +73,8 @@ def create_app(
         _export_cert_expiry(app, tls)
     if cluster is not None:
         app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync))
+    if images is not None:  # after the cluster: it wraps the view the cluster index set
+        app.cleanup_ctx.append(_registry_ctx(images))
     app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
     if tls is not None:
         app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_tls(app, tls)))
@@ -78,6 +84,17 @@ def create_app(
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics)
     return app
+
+
+def _registry_ctx(settings: ResolverSettings) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        async with running(settings) as resolver:
+            app[keys.RESOLVER] = resolver
+            base = app[keys.VIEW]
+            app[keys.VIEW] = lambda: ResolvedView(base(), resolver)
+            yield
+
+    return ctx
 
 
 def _reload_policies(app: web.Application) -> None:

@@ -13,6 +13,7 @@ from webhook.errors import ReviewError
 from webhook.policy import engine
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Phase
+from webhook.registry.resolver import unknown_images
 from webhook.server import keys
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     except ReviewError as exc:
         metrics.requests.labels(endpoint, "", "", "error").inc()
         return web.json_response(review.error_body(str(exc)), status=400)
+    resolver = app.get(keys.RESOLVER)
+    if resolver is not None:  # waits at most its budget; the rest resolves in the background
+        await resolver.prefetch(unknown_images(parsed.request.object))
     try:
         decision = engine.evaluate(app[keys.STORE].current, parsed.request, app[keys.VIEW](), phase)
     except Exception:  # a bug must not turn into an opaque "failed calling webhook"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from webhook.policy.view import ClusterView
+from webhook.registry.resolver import Resolver
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
@@ -20,3 +21,5 @@ TLS = web.AppKey("tls", ReloadingTLS)
 #: each returns "" when ready, else why not
 ReadyCheck = Callable[[], str]
 READY_CHECKS: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
+#: the registry resolver, when image resolution is on (serve --resolve-images)
+RESOLVER = web.AppKey("resolver", Resolver)

@@ -12,6 +12,7 @@ from aiohttp import web
 from webhook import certs, cluster
 from webhook.cluster import ClusterIndex
 from webhook.policy import view
+from webhook.registry import flags
 from webhook.server.metrics import Metrics
 from webhook.server.app import AppConfig, create_app
 from webhook.server.tls import ReloadingTLS
@@ -28,6 +29,7 @@ def serve(args: argparse.Namespace) -> int:
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, freeze_gc_after_sync=True),
         tls=tls,
         cluster=_cluster_builder(args),
+        images=flags.settings(args, budget=args.registry_budget_ms / 1000),
     )
     log.info("serving on https://%s:%d with policies from %s", args.host, args.port, args.policies)
     web.run_app(
