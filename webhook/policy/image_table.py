@@ -31,6 +31,8 @@ class Release:
     last: str
     cuda: str
     source: str
+    #: the image's NVIDIA_REQUIRE_CUDA when its source shows it (forward-compatible branches)
+    require: str = ""
 
 
 _NGC_NOTES = "NGC framework / Triton release notes, FACTS.md §4"
@@ -136,6 +138,13 @@ RELEASES: tuple[Release, ...] = (
     Release("MPI Operator example", ("docker.io/mpioperator/tensorflow-benchmarks",), r"(?:latest)?", "", "", "10.1",
             "github.com/kubeflow/mpi-operator examples/v2beta1/tensorflow-benchmarks/Dockerfile (since 2022-02): "
             "FROM horovod/horovod:0.20.0-tf2.3.0-torch1.6.0-mxnet1.6.0.post0-py3.7-cuda10.1"),
+    Release("HAMi benchmark", ("docker.io/4pdosc/ai-benchmark",), r"2\.4\.1-gpu", "", "", "11.0",
+            "github.com/Project-HAMi/HAMi benchmarks/ai-benchmark/Dockerfile (2021-10, 00e0a1d, the image its "
+            "benchmark jobs ran until 2026-04): FROM tensorflow/tensorflow:2.4.1-gpu; TensorFlow 2.4: " + _TF_BUILDS),
+    Release("vLLM UBI9 (rh-aiservices-bu)", ("quay.io/rh-aiservices-bu/vllm-openai-ubi9",), r"0\.4\.2", "", "", "12.1.1",
+            "github.com/rh-aiservices-bu/llm-on-openshift llm-servers/vllm/Containerfile at 3330f03 (vLLM update to "
+            "0.4.2): CUDA 12.1.1 layer with cuda-compat-12-1",
+            require="cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526"),
     Release("Training Operator example", ("docker.io/kubeflow/pytorch-deepspeed-demo",), r"(?:latest)?", "", "", "11.7",
             "github.com/kubeflow/training-operator examples/pytorch/deepspeed-demo/Dockerfile (its only version): "
             "FROM deepspeed/deepspeed:v072_torch112_cu117"),

@@ -176,7 +176,8 @@ def _from_table(ref: ImageRef) -> Inferred | None:
         version = CudaVersion.parse(row.cuda)
         if version is not None:
             source = f"{row.name} {release}" if release else f"{row.name}, image table"
-            branches = forward_compat.ngc_branches(_numbers(release)) if row.name == "NGC" else ()
+            branches = (forward_compat.ngc_branches(_numbers(release)) if row.name == "NGC"
+                        else forward_compat.parse_requirement(row.require).branches)
             return Inferred(version, source, branches)
     return None
 
