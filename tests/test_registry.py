@@ -204,6 +204,17 @@ async def test_a_registry_that_never_answers_does_not_hold_admission(session: ai
         await server.wait_closed()
 
 
+async def test_only_allowed_registries_are_contacted(registries: dict[str, Registry], session: aiohttp.ClientSession) -> None:
+    registry = registries["none"]
+    resolver = _resolver(session, registry, registries=("nvcr.io", "*.example.com"))
+    image = f"{registry.host}/team/serve:v1"
+    await resolver.prefetch([image], budget=30)
+    assert resolver.client.requests == 0 and resolver.image_config(image) is None
+    allowed = _resolver(session, registry, registries=("127.0.0.1:*",))
+    await allowed.prefetch([image], budget=30)
+    assert allowed.image_config(image) is not None
+
+
 def test_unknown_images_are_the_ones_the_name_does_not_tell() -> None:
     job = {"kind": "Job", "spec": {"template": {"spec": {
         "initContainers": [{"name": "i", "image": "busybox"}],

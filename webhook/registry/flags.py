@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser, how: str) -> None:
                    help="docker config.json with registry credentials (e.g. a mounted dockerconfigjson Secret)")
     p.add_argument("--registry-platform", default="linux/amd64", metavar="OS/ARCH",
                    help="the platform picked from multi-arch images")
+    p.add_argument("--registry-allow", action="append", default=[], metavar="GLOB",
+                   help="only registries whose host matches (repeatable; default: any), e.g. nvcr.io, *.example.com")
 
 
 def settings(args: argparse.Namespace, budget: float) -> ResolverSettings | None:
@@ -26,7 +28,8 @@ def settings(args: argparse.Namespace, budget: float) -> ResolverSettings | None
     if not args.resolve_images:
         return None
     os_name, _, arch = args.registry_platform.partition("/")
-    return ResolverSettings(budget=budget, docker_config=args.registry_config, platform=Platform(os_name, arch or "amd64"))
+    return ResolverSettings(budget=budget, docker_config=args.registry_config, platform=Platform(os_name, arch or "amd64"),
+                            registries=tuple(args.registry_allow))
 
 
 def resolve_all(objects: Iterable[Mapping[str, Any]], config: ResolverSettings) -> dict[str, ImageConfig]:

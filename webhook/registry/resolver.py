@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 import aiohttp
@@ -44,6 +45,9 @@ class ResolverSettings:
     timeout: float = 10.0  # one background resolution, end to end
     docker_config: str = ""  # a docker config.json with registry credentials (read-only)
     platform: Platform = Platform()
+    #: registry host globs the resolver may contact (empty: any); pod specs name the
+    #: registries, so an allow-list keeps tenants from pointing the webhook anywhere
+    registries: tuple[str, ...] = ()
 
 
 @contextlib.asynccontextmanager
@@ -103,7 +107,11 @@ class Resolver:
         image = image.strip()
         if image in self._inflight:
             return True  # wait on the running resolution too
-        return images.is_reference(image) and self._cached(image) is None
+        return images.is_reference(image) and self._allowed(image) and self._cached(image) is None
+
+    def _allowed(self, image: str) -> bool:
+        allowed = self.settings.registries
+        return not allowed or any(fnmatchcase(ImageRef.parse(image).registry, glob) for glob in allowed)
 
     def _task(self, image: str) -> asyncio.Task[None]:
         image = image.strip()

@@ -70,20 +70,30 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
     rules = [(entry.image, entry.cuda) for entry in cfg.images]
     needs = []
     for ref in ctx.gpu_containers():
-        image = str(ref.container.get("image") or "")
-        found = images.infer(ref.name, image, annotations, rules, ctx.view.image_config(image))
-        if isinstance(found, images.Inferred) and found.version is None:
-            continue  # no CUDA in the image: no driver is too old for it
-        driver = cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index) if isinstance(found, images.Inferred) and found.version else None
-        if isinstance(found, images.Inferred) and found.version is not None and driver is not None:
-            needs.append(_Need(ref, found.version, found.source, driver, _branches(cfg, image, found)))
-        elif report:
-            # the image goes last: kube-apiserver cuts warnings at 256 characters
-            why = (f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
-                   if isinstance(found, str) else
-                   f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers")
-            severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {why}", _field(ctx, ref))
+        found = _need(ctx, cfg, ref, annotations, rules)
+        if isinstance(found, _Need):
+            needs.append(found)
+        elif found and report:
+            severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {found}", _field(ctx, ref))
     return needs
+
+
+def _need(
+    ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str],
+    rules: Sequence[tuple[str, str]],
+) -> _Need | str:
+    """What one container needs, or why that is unknown ("" for an image without CUDA)."""
+    image = str(ref.container.get("image") or "")
+    found = images.infer(ref.name, image, annotations, rules, ctx.view.image_config(image))
+    if isinstance(found, str):
+        # the image goes last: kube-apiserver cuts warnings at 256 characters
+        return f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
+    if found.version is None:
+        return ""  # no CUDA in the image: no driver is too old for it
+    driver = cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index)
+    if driver is None:
+        return f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers"
+    return _Need(ref, found.version, found.source, driver, _branches(cfg, image, found))
 
 
 def _branches(cfg: CudaDriverRule, image: str, found: images.Inferred) -> tuple[Branch, ...]:
