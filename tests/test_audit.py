@@ -21,7 +21,7 @@ spec:
   nodeSelector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}
   containers:
     - name: c
-      image: nvidia/cuda:12.4.1-runtime-ubuntu22.04
+      image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
       resources: {limits: {nvidia.com/gpu: 4}}
 """
 
@@ -46,7 +46,7 @@ def test_a_kubectl_list_of_nodes_decides_cuda(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, "--cluster-state", str(CLUSTER / "nodes.yaml"), str(tmp_path / "pod.yaml"))
     assert code == 1
-    assert "CUDA 12.4.1 (nvidia/cuda tag) needs driver >= 550.54.15; the newest driver on the 2 node(s) it could land on is 535.104.05" in out
+    assert "CUDA 12.4 (pytorch/pytorch tag) needs driver >= 550.54.14; the newest driver on the 2 node(s) it could land on is 535.104.05" in out
 
 
 def test_an_api_node_list_without_item_kinds_works_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +55,7 @@ def test_an_api_node_list_without_item_kinds_works_too(tmp_path: Path, capsys: p
     (tmp_path / "nodes.json").write_text(json.dumps(api))
     (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, "--cluster-state", str(tmp_path / "nodes.json"), str(tmp_path / "pod.yaml"))
-    assert code == 1 and "needs driver >= 550.54.15" in out
+    assert code == 1 and "needs driver >= 550.54.14" in out
 
 
 def test_without_cluster_state_cuda_is_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

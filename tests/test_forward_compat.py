@@ -47,6 +47,8 @@ CASES: list[tuple[str, str, str, bool, str]] = [
     ("nvcr.io/nvidia/tritonserver:25.10-py3", "535.86.10", L40S, True, "NGC-25"),
     ("nvcr.io/nvidia/nemo:25.04", "525.85.12", A10G, True, "NGC-25"),
     ("nvcr.io/nvidia/pytorch:25.10-py3", "470.82.01", T4, True, "NGC-25"),
+    ("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "535.104.05", A100, True, "REQ"),
+    ("nvidia/cuda:12.4.1-base-ubuntu22.04", "525.147.05", A10G, True, "REQ"),
     # true denials: consumer or workstation GPU, unsupported branch, below the branch minimum, no cuda-compat
     ("nvcr.io/nvidia/pytorch:24.05-py3", "535.104.05", "NVIDIA-GeForce-RTX-4090", False, "FC"),
     ("nvcr.io/nvidia/pytorch:24.05-py3", "535.104.05", "NVIDIA-RTX-A6000", False, "FC"),
@@ -56,6 +58,9 @@ CASES: list[tuple[str, str, str, bool, str]] = [
     ("nvcr.io/nvidia/pytorch:25.10-py3", "450.80.02", A100, False, "NGC-25: R450 not forward-compatible"),
     ("nvcr.io/nvidia/pytorch:25.01-py3", "535.54.03", A100, False, "NGC-25: R535 from 535.86"),
     ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "535.104.05", A100, False, "no cuda-compat known"),
+    ("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "545.23.08", H100, False, "REQ: no brand=tesla R545 alternative"),
+    ("nvidia/cuda:12.4.1-runtime-ubuntu22.04", "535.104.05", "NVIDIA-GeForce-RTX-4090", False,
+     "REQ lists brand=geforce R535 too, but FC: cuda-compat needs a data-center GPU"),
 ]
 
 

@@ -150,6 +150,17 @@ RELEASES: tuple[Release, ...] = (
             "FROM deepspeed/deepspeed:v072_torch112_cu117"),
 )
 
+#: nvidia/cuda X.Y.Z → the ``brand=tesla`` branches of its NVIDIA_REQUIRE_CUDA, the ones every
+#: revision of gitlab.com/nvidia/container-images/cuda dist/<X.Y.Z>/*/base/Dockerfile seen
+#: (as copied, with that path, into public Dockerfiles) lists. Its cuda-compat runs it there.
+NVIDIA_CUDA_REQUIRE: dict[str, str] = {
+    "11.8.0": "cuda>=11.8 brand=tesla,driver>=470,driver<471",
+    "12.1.1": "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
+    "12.2.2": "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
+    "12.4.1": "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 "
+              "brand=tesla,driver>=535,driver<536",
+}
+
 #: Repositories (globs over ``registry/path``) of images that carry no CUDA.
 NO_CUDA: tuple[str, ...] = (
     *(f"docker.io/library/{name}" for name in (

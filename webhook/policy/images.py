@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
 from webhook.policy import forward_compat, image_table
@@ -157,7 +157,9 @@ def from_image(image: str) -> Inferred | None:
     if not ref.repository:
         return None
     if ref.repository == "nvidia/cuda":  # Docker Hub, nvcr.io or a mirror
-        return _tagged(_CUDA_TAG.search(ref.tag), "nvidia/cuda tag")
+        found = _tagged(_CUDA_TAG.search(ref.tag), "nvidia/cuda tag")
+        require = image_table.NVIDIA_CUDA_REQUIRE.get(str(found.version)) if found else None
+        return replace(found, branches=forward_compat.parse_requirement(require).branches) if found and require else found
     if ref.repository == "pytorch/pytorch":
         return _tagged(_PYTORCH_TAG.search(ref.tag), "pytorch/pytorch tag")
     return _from_table(ref) or _from_tag(ref.tag) or _without_cuda(ref)
