@@ -135,8 +135,11 @@ class RegistryClient:
 
     async def _bearer(self, ref: ImageRef, params: Mapping[str, str], creds: Credentials | None) -> None:
         realm = params.get("realm", "")
-        if not realm.startswith(("https://", "http://")):
-            raise RegistryError(f"{ref.name}: bearer challenge without a realm")
+        # plain HTTP only where the registry itself is plain HTTP (local): tokens and credentials
+        # never cross the network in the clear
+        schemes = ("https://", "http://") if self._plain_http(_HOSTS.get(ref.registry, ref.registry)) else ("https://",)
+        if not realm.startswith(schemes):
+            raise RegistryError(f"{ref.name}: bearer challenge without an {'/'.join(s[:-3] for s in schemes)} realm")
         query = {"scope": params.get("scope") or f"repository:{ref.repository}:pull"}
         if params.get("service"):
             query["service"] = params["service"]
