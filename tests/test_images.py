@@ -92,7 +92,7 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("tensorflow/tensorflow:1.4.1-gpu-py3", "8.0"),
         ("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04", None),
         ("nvcr.io/nvidia/gpu-operator:v24.3.0", None),
-        ("vllm/vllm-openai:v0.6.3", None),
+        ("registry.example.com/llm/server:v0.6.3", None),
         ("", None),
         # CUDA spelled in the tag
         ("nvcr.io/nvidia/k8s/cuda-sample:nbody-cuda11.7.1-ubuntu18.04", "11.7.1"),
@@ -109,7 +109,12 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("ghcr.io/huggingface/text-generation-inference:3.3.7", "12.4.0"),
         ("ghcr.io/huggingface/text-generation-inference:2.0.4-rocm", None),
         ("vllm/vllm-openai:v0.10.2", "12.8"),
-        ("vllm/vllm-openai:v0.8.5", None),
+        ("vllm/vllm-openai:v0.8.5", "12.4"),
+        ("vllm/vllm-openai:v0.6.6.post1", "12.4"),
+        ("vllm/vllm-openai:v0.20.0", "13.0"),
+        ("vllm/vllm-openai:v0.11.0", None),  # no source for 0.11-0.19
+        ("vllm/vllm-openai:v0.28.0", None),
+        ("vllm/vllm-openai:latest", None),
         ("tensorflow/tensorflow:1.15.5-gpu-py3", "10.0"),
         ("tensorflow/tensorflow:2.4.1-gpu", "11.0"),
         ("nvcr.io/nvidia/cloud-native/gpu-operator-validator:v1.10.1", "11.6.0"),
@@ -165,7 +170,7 @@ def test_table_rows_carry_documented_forward_compatibility() -> None:
 
 
 def test_unknown_cuda_says_why() -> None:
-    assert images.infer("c", "vllm/vllm-openai:v0.6.3", {}) == "no CUDA version known for its image"
+    assert images.infer("c", "registry.example.com/llm/server:v0.6.3", {}) == "no CUDA version known for its image"
     bad = images.infer("c", "x", {images.ANNOTATION: "twelve"})
     assert isinstance(bad, str) and "'twelve' is not a CUDA version" in bad
 

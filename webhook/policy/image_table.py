@@ -115,10 +115,20 @@ RELEASES: tuple[Release, ...] = (
             _TGI.format("1.2.0…3.1.0", "12.1.0")),
     Release("TGI", ("ghcr.io/huggingface/text-generation-inference",), _SEMVER, "3.1.1", "3.3.7", "12.4.0",
             _TGI.format("3.1.1…3.3.7", "12.4.0")),
-    # the image's NVIDIA_REQUIRE_CUDA is cuda>=12.8 (vllm-project/vllm issue #18813, on 0.9.0);
-    # v0.9.0 release notes: "the default wheel has been upgraded from CUDA 12.4 to CUDA 12.8"
-    Release("vLLM", ("docker.io/vllm/vllm-openai",), r"v(\d+\.\d+\.\d+)(?:\.post\d+)?", "0.9.0", "0.10.2", "12.8",
-            "vLLM v0.9.0 release notes (PR #16859: release pipeline on CUDA 12.8); issue #18813"),
+    *(
+        Release("vLLM", ("docker.io/vllm/vllm-openai",), r"v(\d+\.\d+\.\d+)(?:\.post\d+)?", a, b, c, source)
+        for a, b, c, source in (
+            ("0.5.0", "0.8.5", "12.4",
+             "vllm-project/vllm issue #5635 (the 0.5.0 image requires cuda>=12.4; maintainers: built on 12.4) "
+             "and the v0.9.0 release notes (default moved from CUDA 12.4 to 12.8)"),
+            ("0.9.0", "0.10.2", "12.8",
+             "vLLM v0.9.0 release notes (PR #16859: release pipeline on CUDA 12.8); issue #18813 (the 0.9.0 "
+             "image's NVIDIA_REQUIRE_CUDA is cuda>=12.8)"),
+            ("0.20.0", "0.27.1", "13.0",
+             "vllm-project/vllm issue #42738 (after v0.20.0 the default wheel and docker image are cu130); "
+             "NVIDIA-NeMo/labs-molt PR #77 (0.27.1: CUDA 13.0 is vLLM's default pairing)"),
+        )
+    ),
     *(
         Release("GPU Operator validator", ("nvcr.io/nvidia/cloud-native/gpu-operator-validator",), r"v(\d+\.\d+\.\d+)",
                 a, b, c, _VALIDATOR.format(f"v{a}…v{b}"))
