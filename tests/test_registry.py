@@ -194,7 +194,7 @@ async def test_a_registry_that_never_answers_does_not_hold_admission(session: ai
     try:
         await resolver.prefetch([image])  # the default budget
         # admission went on while the resolution is still waiting for the registry
-        assert accepted.is_set() and image in resolver._inflight
+        assert accepted.is_set() and resolver.resolving(image)
         assert resolver.image_config(image) is None
         assert (await _unknown_finding(resolver, image)).allowed
     finally:
@@ -278,7 +278,7 @@ async def test_the_server_does_not_wait_past_its_budget(aiohttp_client: Any) -> 
         answer = await (await client.post("/validate", json=_review(image))).json()
         assert answer["response"]["allowed"] is True  # unknown, so a warning: never a denial by itself
         assert any("no CUDA version known" in w for w in answer["response"]["warnings"])
-        assert image in resolver()._inflight  # still resolving in the background
+        assert resolver().resolving(image)  # still resolving in the background
     finally:
         release.set()
         server.close()

@@ -44,8 +44,10 @@ def branches(*minimums: str) -> tuple[Branch, ...]:
 
 
 _NGC_2025 = "NGC release notes 25.10 and 26.05 (SGLang), Driver Requirements"
-_NGC_LTS = ("R470 and R535, the long-term branches every NGC Driver Requirements statement of 2021-2026 "
-            "lists while supported (21.07: R418/R440/R450/R460; 25.x/26.x: R470/R525/R535/R550)")
+# The 22.xx-24.xx statements were not read: only the two long-term branches that the 25.x/26.x
+# statements still list (so NVIDIA kept them forward-compatible throughout) are assumed;
+# issue #17 cites NGC PyTorch 24.01 on R535. A policy adds more with driverBranches.
+_NGC_LTS = "inferred: the long-term branches R470/R535 of the 25.10 and 26.05 statements; 24.01 on R535 (issue #17)"
 
 #: NGC release ranges (first, last YY.MM) → branches forward compatibility supports, and the source.
 NGC_BRANCHES: tuple[tuple[str, str, tuple[Branch, ...], str], ...] = (

@@ -84,6 +84,10 @@ class Resolver:
         found = self._cached(image.strip())
         return found if isinstance(found, ImageConfig) else None
 
+    def resolving(self, image: str) -> bool:
+        """Whether ``image`` is being fetched in the background right now."""
+        return image.strip() in self._inflight
+
     def known(self) -> dict[str, ImageConfig]:
         """Every image reference resolved so far (for a snapshot view)."""
         return {image: found for image, found in self._by_reference.items() if isinstance(found, ImageConfig)}
