@@ -2,7 +2,8 @@
 
 The engine never talks to the API server. Whatever it needs to know about the
 cluster (GPU nodes, namespace labels, GPU pods for quota usage, quotas,
-priority and runtime classes) reaches it through :class:`ClusterView`. The
+priority and runtime classes, and image configs a registry resolver has
+read) reaches it through :class:`ClusterView`. The
 server implements it with a list+watch index (``webhook.cluster``); the audit
 CLI and the tests implement it with :class:`SnapshotView`, built from plain
 Kubernetes objects such as ``kubectl get nodes -o yaml`` prints.
