@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak
+.PHONY: serve test e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak registry-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,17 @@ certs: $(STAMP)
 serve: $(STAMP) certs/tls.crt
 	$(BIN)/gpu-admission serve --policies policies --host 127.0.0.1 --port 8443
 
-test: $(STAMP)
+# the registry resolver's tests run a real registry: Debian's docker-registry
+# (and htpasswd). Installed when missing and apt-get can (root); the tests skip
+# with that reason otherwise.
+registry-tools:
+	@command -v docker-registry >/dev/null && command -v htpasswd >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      docker-registry apache2-utils >/dev/null; } || \
+	  echo "docker-registry not installed: tests/test_registry.py will skip"
+
+test: $(STAMP) registry-tools
 	$(BIN)/python -m pytest
 	$(BIN)/python -m mypy
 

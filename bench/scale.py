@@ -34,11 +34,13 @@ from webhook.policy.request import Request  # noqa: E402
 from webhook.policy.view import SnapshotView  # noqa: E402
 from webhook.review import parse_review  # noqa: E402
 
-#: (GPU model, driver) pools; the 470 pool cannot run the training image's CUDA, so steering has work
+#: (GPU model, driver) pools; the GeForce pool cannot run the training image's CUDA (no forward
+#: compatibility on consumer GPUs), so steering has work
 POOLS = [
     ("NVIDIA-A100-SXM4-80GB", "535.104.05"), ("NVIDIA-A100-SXM4-80GB", "470.223.02"),
     ("NVIDIA-H100-80GB-HBM3", "550.54.15"), ("NVIDIA-H100-80GB-HBM3", "570.86.10"),
     ("NVIDIA-L40S", "550.54.15"), ("Tesla-T4", "470.223.02"), ("Tesla-T4", "535.104.05"),
+    ("NVIDIA-GeForce-RTX-4090", "470.223.02"),
 ]
 ZONES = ["zone-a", "zone-b", "zone-c"]
 NAMESPACES, TEAMS = 200, 20

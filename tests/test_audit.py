@@ -14,7 +14,7 @@ from tests.support import MANIFESTS, POLICIES, REPO
 from webhook import cli
 
 CLUSTER = REPO / "examples" / "cluster"
-NGC_POD = """\
+CUDA_POD = """\
 apiVersion: v1
 kind: Pod
 metadata: {name: trainer, namespace: ml-a}
@@ -22,7 +22,7 @@ spec:
   nodeSelector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}
   containers:
     - name: c
-      image: nvcr.io/nvidia/pytorch:24.05-py3
+      image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
       resources: {limits: {nvidia.com/gpu: 4}}
 """
 
@@ -36,8 +36,8 @@ def audit(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
 def test_the_whole_corpus_with_the_example_cluster(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = audit(capsys, "--cluster-state", str(CLUSTER / "nodes.yaml"), str(MANIFESTS))
     assert code == 1
-    assert "DENY    Job gpu-lab/multinode-training" in out
-    assert "CUDA 12.6.3 (NGC 24.12) needs driver >= 560.35.05; the newest driver on the 3 node(s)" in out
+    assert "DENY    Job gpu-inference/vllm-inference-check" in out
+    assert "CUDA 12.8 (vLLM 0.10.2) needs driver >= 570.26; the newest driver on the 4 node(s)" in out
     assert re.match(r"\d+ objects: \d+ denied, \d+ warned, \d+ mutated, \d+ passed; 4 document", out.splitlines()[-1])
     # the two corpus files that are not YAML and the two that are no Kubernetes object are reported,
     # each with file, document and line; the rest is audited
@@ -47,23 +47,23 @@ def test_the_whole_corpus_with_the_example_cluster(capsys: pytest.CaptureFixture
 
 
 def test_a_kubectl_list_of_nodes_decides_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, "--cluster-state", str(CLUSTER / "nodes.yaml"), str(tmp_path / "pod.yaml"))
     assert code == 1
-    assert "CUDA 12.4.1 (NGC 24.05) needs driver >= 550.54.15; the newest driver on the 2 node(s) it could land on is 535.104.05" in out
+    assert "CUDA 12.4 (pytorch/pytorch tag) needs driver >= 550.54.14; the newest driver on the 2 node(s) it could land on is 535.104.05" in out
 
 
 def test_an_api_node_list_without_item_kinds_works_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     listed = yaml.safe_load((CLUSTER / "nodes.yaml").read_text())
     api = {"apiVersion": "v1", "kind": "NodeList", "items": [{k: v for k, v in n.items() if k != "kind"} for n in listed["items"]]}
     (tmp_path / "nodes.json").write_text(json.dumps(api))
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, "--cluster-state", str(tmp_path / "nodes.json"), str(tmp_path / "pod.yaml"))
-    assert code == 1 and "needs driver >= 550.54.15" in out
+    assert code == 1 and "needs driver >= 550.54.14" in out
 
 
 def test_without_cluster_state_cuda_is_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, str(tmp_path / "pod.yaml"))
     assert code == 0
     assert "warn    [gpu-validations/cudaDriver] Pod ml-a/trainer: cluster state unavailable: no nodes" in out
@@ -82,7 +82,7 @@ def quota_policies(tmp_path: Path, limits: str = "[{scope: team, teamLabel: team
 
 
 def test_quota_against_example_pods_namespaces_and_quotas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "pod.yaml").write_text(NGC_POD.replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 2"))
+    (tmp_path / "pod.yaml").write_text(CUDA_POD.replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 2"))
     state = [f"--cluster-state={CLUSTER / name}" for name in ("nodes.yaml", "namespaces.yaml", "pods.yaml", "quotas.yaml")]
     code = cli.main(["audit", "--policies", str(quota_policies(tmp_path)), *state, str(tmp_path / "pod.yaml")])
     out = capsys.readouterr().out
@@ -90,13 +90,13 @@ def test_quota_against_example_pods_namespaces_and_quotas(tmp_path: Path, capsys
     assert "team a (team=a) uses 7 of 8 nvidia.com/gpu; this pod asks for 2" in out
     assert "namespace ml-a uses 6 of 8 requests.nvidia.com/gpu (ResourceQuota gpu-quota); this pod asks for 2" not in out
     # 6 + 2 fits the native quota exactly; 3 would not
-    (tmp_path / "pod.yaml").write_text(NGC_POD.replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 3"))
+    (tmp_path / "pod.yaml").write_text(CUDA_POD.replace("nvidia.com/gpu: 4", "nvidia.com/gpu: 3"))
     cli.main(["audit", "--policies", str(quota_policies(tmp_path / "again")), *state, str(tmp_path / "pod.yaml")])
     assert "uses 6 of 8 requests.nvidia.com/gpu (ResourceQuota gpu-quota); this pod asks for 3" in capsys.readouterr().out
 
 
 def test_complete_marks_an_empty_listing_as_known(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     (tmp_path / "empty.yaml").write_text("apiVersion: v1\nkind: List\nitems: []\n")
     policies = str(quota_policies(tmp_path, "[{max: 8}]"))
     cli.main(["audit", "--policies", policies, "--cluster-state", str(tmp_path / "empty.yaml"), str(tmp_path / "pod.yaml")])
@@ -110,7 +110,7 @@ def test_complete_marks_an_empty_listing_as_known(tmp_path: Path, capsys: pytest
 
 
 def test_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, _ = audit(capsys, "--format", "json", "--cluster-state", str(CLUSTER / "nodes.yaml"), str(tmp_path / "pod.yaml"))
     [result] = json.loads(out)["results"]
     assert code == 1 and result["allowed"] is False and result["verdict"] == "deny"
@@ -119,6 +119,6 @@ def test_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_a_broken_cluster_state_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "nodes.yaml").write_text("items: [unclosed\n")
-    (tmp_path / "pod.yaml").write_text(NGC_POD)
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, _, err = audit(capsys, "--cluster-state", str(tmp_path / "nodes.yaml"), str(tmp_path / "pod.yaml"))
     assert code == 2 and err.startswith("error: cluster state ") and "invalid YAML" in err and len(err.splitlines()) == 1

@@ -39,8 +39,11 @@ def test_code_table_matches_facts_row_by_row(release: str, driver: str) -> None:
 
 
 def test_code_table_has_no_row_facts_lacks() -> None:
+    """Beyond FACTS.md, only the pre-11.0.3 rows of the same NVIDIA table (LEGACY_TABLE)."""
     code = {f"{a}.{b}.{c}": d.text for (a, b, c), d in cuda.strict_index().items()}
-    assert code == dict(FACTS_ROWS)
+    legacy = {release: driver for releases, driver in cuda.LEGACY_TABLE for release in releases}
+    assert code == dict(FACTS_ROWS) | legacy
+    assert all(tuple(int(x) for x in r.split(".")) < (11, 0, 3) for r in legacy)
 
 
 def test_minor_version_floors_match_facts() -> None:
@@ -55,14 +58,16 @@ def test_minor_version_floors_match_facts() -> None:
         ("12.3.2", "strict", "545.23.08"),  # no row: the nearest older update of 12.3
         ("12.4", "strict", "550.54.14"),  # X.Y means the GA release
         ("12.8.2", "strict", "570.124.06"),
-        ("11.0", "strict", "450.51.06"),  # no older 11.0 row: the nearest newer, never laxer
+        ("11.0", "strict", "450.51.05"),  # X.Y is GA: 11.0.2, the first 11.0 release
+        ("11.0.1", "strict", "450.51.05"),  # no older 11.0 row: the nearest newer, never laxer
+        ("8.0.61", "strict", "375.26"),  # GA2, as nvidia/cuda:8.0 images state it
         ("12.7", "strict", None),  # there is no CUDA 12.7
         ("14.0", "strict", None),
         ("12.7", "minor-version", "525.60.13"),
         ("12.9.1", "minor-version", "525.60.13"),
         ("13.1.0", "minor-version", "580"),
         ("11.0.3", "minor-version", "450.51.06"),  # the strict row is older than the floor
-        ("10.2", "minor-version", None),
+        ("10.2", "minor-version", "440.33"),  # no minor-version compatibility before 11: the strict row
     ],
 )
 def test_min_driver(release: str, mode: cuda.Compatibility, driver: str | None) -> None:
@@ -123,4 +128,5 @@ def test_newest_supported_cuda_of_a_driver() -> None:
     index = cuda.strict_index()
     assert str(cuda.newest_supported(DriverVersion.parse("535.104.05"), index)) == "12.2.2"  # type: ignore[arg-type]
     assert str(cuda.newest_supported(DriverVersion.parse("470.82.01"), index)) == "11.4.4"  # type: ignore[arg-type]
-    assert cuda.newest_supported(DriverVersion.parse("440.33"), index) is None  # type: ignore[arg-type]
+    assert str(cuda.newest_supported(DriverVersion.parse("440.33"), index)) == "10.2.0"  # type: ignore[arg-type]
+    assert cuda.newest_supported(DriverVersion.parse("360.0"), index) is None  # type: ignore[arg-type]

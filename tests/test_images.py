@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.facts import section, table_rows
-from webhook.policy import images
+from webhook.policy import image_table, images
 from webhook.policy.cuda import CudaVersion
 
 
@@ -47,7 +47,7 @@ def test_facts_tables_were_read() -> None:
 
 
 def test_ngc_table_is_the_facts_table() -> None:
-    assert sorted(images.NGC_RELEASES) == sorted(NGC)
+    assert sorted(image_table.NGC_RELEASES) == sorted(NGC)
 
 
 @pytest.mark.parametrize(("release", "cuda"), NGC_RELEASES, ids=[r for r, _ in NGC_RELEASES])
@@ -64,7 +64,7 @@ def test_ngc_releases_outside_the_table_are_unknown(release: str) -> None:
 
 
 def test_tensorflow_table_is_the_facts_table() -> None:
-    assert sorted(images.TENSORFLOW_RELEASES) == sorted(facts_tensorflow())
+    assert sorted(image_table.TENSORFLOW_RELEASES) == sorted(facts_tensorflow())
     for first, last, cuda in facts_tensorflow():
         for minor in range(int(first.split(".")[1]), int(last.split(".")[1]) + 1):
             inferred = images.from_image(f"tensorflow/tensorflow:2.{minor}.0-gpu")
@@ -89,12 +89,38 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("nvidia/cuda@sha256:0123abcd", None),
         ("pytorch/pytorch:latest", None),
         ("tensorflow/tensorflow:latest-gpu", None),
-        ("tensorflow/tensorflow:1.4.1-gpu-py3", None),
+        ("tensorflow/tensorflow:1.4.1-gpu-py3", "8.0"),
         ("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.1-ubuntu22.04", None),
         ("nvcr.io/nvidia/gpu-operator:v24.3.0", None),
-        ("vllm/vllm-openai:v0.6.3", None),
-        ("busybox:1.36", None),
+        ("registry.example.com/llm/server:v0.6.3", None),
         ("", None),
+        # CUDA spelled in the tag
+        ("nvcr.io/nvidia/k8s/cuda-sample:nbody-cuda11.7.1-ubuntu18.04", "11.7.1"),
+        ("registry.baidubce.com/paddlepaddle/paddle:2.4.0rc0-gpu-cuda11.2-cudnn8.1-trt8.0", "11.2"),
+        ("example.com/app:v1-cuda-12.2", "12.2"),
+        ("example.com/app:build_cuda12.4_py3", "12.4"),
+        ("rayproject/ray-ml:2.46.0.0e19ea-py311-cu121", "12.1"),
+        ("example.com/torch:2.1-cu118", "11.8"),
+        ("example.com/app:cuda", None),
+        ("example.com/app:accuracy-1", None),
+        # the release table (image_table.RELEASES)
+        ("ghcr.io/huggingface/text-generation-inference:2.0.4", "12.1.0"),
+        ("ghcr.io/huggingface/text-generation-inference:1.1.1", "11.8.0"),
+        ("ghcr.io/huggingface/text-generation-inference:3.3.7", "12.4.0"),
+        ("ghcr.io/huggingface/text-generation-inference:2.0.4-rocm", None),
+        ("vllm/vllm-openai:v0.10.2", "12.8"),
+        ("vllm/vllm-openai:v0.8.5", "12.4"),
+        ("vllm/vllm-openai:v0.6.6.post1", "12.4"),
+        ("vllm/vllm-openai:v0.20.0", "13.0"),
+        ("vllm/vllm-openai:v0.11.0", None),  # no source for 0.11-0.19
+        ("vllm/vllm-openai:v0.28.0", None),
+        ("vllm/vllm-openai:latest", None),
+        ("tensorflow/tensorflow:1.15.5-gpu-py3", "10.0"),
+        ("tensorflow/tensorflow:2.4.1-gpu", "11.0"),
+        ("nvcr.io/nvidia/cloud-native/gpu-operator-validator:v1.10.1", "11.6.0"),
+        ("k8s.gcr.io/cuda-vector-add:v0.1", "8.0"),
+        ("4pdosc/ai-benchmark:2.4.1-gpu", "11.0"),
+        ("quay.io/rh-aiservices-bu/vllm-openai-ubi9:0.4.2", "12.1.1"),
     ],
 )
 def test_cuda_from_image_tags(image: str, cuda: str | None) -> None:
@@ -116,8 +142,35 @@ def test_annotations_then_policy_map_then_tag() -> None:
     assert isinstance(found, images.Inferred) and str(found.version) == "12.4.1"
 
 
+@pytest.mark.parametrize("image", ["ubuntu", "ubuntu:22.04", "busybox:1.28", "docker.io/library/python:3.12-slim",
+                                   "alpine:3.20", "gcr.io/distroless/static:nonroot", "registry.access.redhat.com/ubi9/ubi",
+                                   "docker.io/rocm/rocm-terminal:6.4"])
+def test_images_without_cuda_are_no_cuda_not_unknown(image: str) -> None:
+    found = images.infer("c", image, {})
+    assert isinstance(found, images.Inferred) and found.version is None and "carries no CUDA" in found.source
+
+
+def test_a_policy_says_an_image_has_no_cuda() -> None:
+    found = images.infer("c", "registry.example/tools/kubectl:1", {}, [("registry.example/tools/*", "none")])
+    assert isinstance(found, images.Inferred) and found.version is None
+
+
+@pytest.mark.parametrize("image", ["${IMAGE_URI}", "FILLED BY THE OPERATOR", "gcr.io/<your_project>/x:latest",
+                                   "{username}/torchserve-gpu:latest", "Registry.Example/App:1 "])
+def test_placeholders_are_not_image_references(image: str) -> None:
+    assert images.infer("c", image, {}) == "its image is not a valid image reference (a template placeholder?)"
+
+
+def test_table_rows_carry_documented_forward_compatibility() -> None:
+    ngc = images.from_image("nvcr.io/nvidia/pytorch:25.01-py3")
+    assert ngc is not None and [b.major for b in ngc.branches] == [470, 525, 535, 550]
+    ubi = images.from_image("quay.io/rh-aiservices-bu/vllm-openai-ubi9:0.4.2")
+    assert ubi is not None and [b.major for b in ubi.branches] == [470, 525]
+    assert all(row.source for row in image_table.RELEASES)
+
+
 def test_unknown_cuda_says_why() -> None:
-    assert images.infer("c", "vllm/vllm-openai:v0.6.3", {}) == "no CUDA version known for its image"
+    assert images.infer("c", "registry.example.com/llm/server:v0.6.3", {}) == "no CUDA version known for its image"
     bad = images.infer("c", "x", {images.ANNOTATION: "twelve"})
     assert isinstance(bad, str) and "'twelve' is not a CUDA version" in bad
 

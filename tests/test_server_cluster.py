@@ -182,7 +182,8 @@ async def test_quota_and_cuda_rules_through_the_server(
     await eventually(lambda: _is(ready(hook), 200))
 
     # CUDA 12.4 needs driver >= 550.54.14; the only GPU node has 470
-    cuda = (await hook.review("/validate", pod_review("nvidia/cuda:12.4.1-runtime-ubuntu22.04", 1, "c-1")))["response"]
+    # (an image without cuda-compat: nvidia/cuda 12.4.1 would run on R470 through forward compatibility)
+    cuda = (await hook.review("/validate", pod_review("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", 1, "c-1")))["response"]
     assert not cuda["allowed"]
     assert "12.4" in cuda["status"]["message"] and "470.82.01" in cuda["status"]["message"]
 

@@ -28,7 +28,7 @@ def test_shipped_validation_policy() -> None:
     assert rules.resourceShape is not None and rules.resourceShape.mode == "enforce"
     assert rules.quota is not None and rules.quota.mode == "off"
     assert rules.cudaDriver is not None and rules.cudaDriver.mode == "enforce"
-    assert rules.cudaDriver.compatibility == "strict" and rules.cudaDriver.forwardCompat is None
+    assert rules.cudaDriver.compatibility == "strict" and rules.cudaDriver.forwardCompat.mode == "auto"
     # steering must see what gpu-defaults adds in the same mutating pass
     defaults = next(p for p in shipped_policies().policies if p.metadata.name == "gpu-defaults")
     assert policy.spec.order > defaults.spec.order

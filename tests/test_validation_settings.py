@@ -30,7 +30,7 @@ spec:
         ("cudaDriver: {compatibility: forward}", "spec.rules.cudaDriver.compatibility: Input should be 'strict' or 'minor-version'"),
         ("cudaDriver: {images: [{image: x, cuda: twelve}]}", "cudaDriver.images[0].cuda: Value error, 'twelve' is not a CUDA version"),
         ("cudaDriver: {minDrivers: {'12.x': '550'}}", "minDrivers: '12.x': '550' must map a CUDA version to a driver version"),
-        ("cudaDriver: {forwardCompat: {images: ['*']}}", "spec.rules.cudaDriver.forwardCompat.driverBranches: Field required"),
+        ("cudaDriver: {forwardCompat: {mode: always}}", "spec.rules.cudaDriver.forwardCompat.mode: Input should be 'auto' or 'off'"),
         ("cudaDriver: {partial: steer, steer: true}", "spec.rules.cudaDriver.steer: Extra inputs are not permitted"),
     ],
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 from webhook import __version__, certs
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
+from webhook.registry import flags
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -74,7 +75,10 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
+    flags.add_arguments(p, "admission waits at most --registry-budget-ms, then resolves in the background")
+    p.add_argument("--registry-budget-ms", type=int, default=300, help="what admission waits for unknown images")
     p.set_defaults(func=_serve)
+
 
 
 def _serve(args: argparse.Namespace) -> int:

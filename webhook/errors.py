@@ -38,3 +38,7 @@ class RequestBodyError(GpuAdmissionError):
         self.status = status
         self.reason = reason
         super().__init__(message)
+
+
+class RegistryError(GpuAdmissionError):
+    """A container registry could not tell an image's config (unreachable, refused, malformed)."""

@@ -22,10 +22,10 @@ metadata: {name: trainer, namespace: ml-a}
 spec:
   containers:
     - name: c
-      image: nvcr.io/nvidia/pytorch:24.05-py3
+      image: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime
       resources: {limits: {nvidia.com/gpu: 1}}
 """
-#: CUDA 12.4 on nodes whose newest driver is 535: denied with the example cluster
+#: CUDA 12.4 (an image without cuda-compat) on nodes whose newest driver is 535: denied with the example cluster
 TOO_NEW_POD = GPU_POD.replace("name: trainer", "name: too-new").replace(
     "  containers:", "  nodeSelector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}\n  containers:"
 )

@@ -42,7 +42,7 @@ def kubeconfig(api: FakeApiServer, tmp_path: Path) -> Path:
     }))  # fmt: skip
 
 
-def _deployment(name: str, namespace: str, image: str = "nvcr.io/nvidia/pytorch:24.05-py3") -> dict[str, Any]:
+def _deployment(name: str, namespace: str, image: str = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime") -> dict[str, Any]:
     pod = yaml.safe_load(TOO_NEW_POD)
     pod["spec"]["containers"][0]["image"] = image
     return {

@@ -9,6 +9,7 @@ policy; 3 an unexpected error (one line; ``--debug`` prints the traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -24,7 +25,9 @@ from webhook.audit.progress import Progress
 from webhook.audit.report import FORMATS, Report
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
-from webhook.policy.view import RESOURCES, ClusterView
+from webhook.policy.view import RESOURCES, ClusterView, SnapshotView
+from webhook.registry import flags
+from webhook.registry.resolver import ResolverSettings
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED = 0, 1, 2, 3
 
@@ -39,6 +42,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--namespace", help="namespace for objects that name none (default: default)")
     _cluster_options(p.add_argument_group("cluster facts"))
     _output_options(p.add_argument_group("output"))
+    flags.add_arguments(p, "every unknown image of the manifests, before the audit")
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     p.set_defaults(func=run)
     return p
@@ -98,6 +102,9 @@ def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[
     notes: list[str] = []
     progress = Progress(stderr, 0, enabled=stderr.isatty())
     view, documents = _sources(args, policies, stdin, notes, progress)
+    resolving = flags.settings(args, budget=60.0)
+    if resolving is not None:
+        documents, view = _resolve_images(documents, view, resolving)
     report = Report(
         policies, view, fail_on=args.fail_on, timestamp=int(time.time()),
         colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
@@ -154,6 +161,17 @@ def _sources(
     files = inputs.find_files(args.paths)
     progress.total = len(files)
     return view, inputs.stream(files, stdin, progress.file_done)
+
+
+def _resolve_images(
+    documents: Iterator[Document | Problem], view: ClusterView, settings: ResolverSettings
+) -> tuple[Iterator[Document | Problem], ClusterView]:
+    """--resolve-images: every unknown image of the documents is read from its registry first."""
+    items = list(documents)
+    configs = flags.resolve_all((d.obj for d in items if isinstance(d, Document)), settings)
+    if isinstance(view, SnapshotView):
+        view = dataclasses.replace(view, image_configs={**view.image_configs, **configs})
+    return iter(items), view
 
 
 def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:

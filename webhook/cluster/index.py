@@ -175,6 +175,10 @@ class ClusterIndex:
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         return self._aggregates.gpu_usage(model_label, team_labels)
 
+    def image_config(self, image: str) -> None:
+        """Image configs come from the registry resolver (webhook.registry), which wraps this view."""
+        return None
+
 
 @dataclass(frozen=True)
 class _Feed:

@@ -108,6 +108,22 @@ STRICT_TABLE: tuple[tuple[tuple[str, ...], str], ...] = (
     (("11.0.3",), "450.51.06"),
 )
 
+#: Releases before 11.0.3 that FACTS.md §1 leaves out, from the same NVIDIA table
+#: (CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions",
+#: editions up to 11.x list them): images built on them are still pulled.
+LEGACY_TABLE: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("11.0.2",), "450.51.05"),
+    (("10.2.0",), "440.33"),
+    (("10.1.0",), "418.39"),
+    (("10.0.0",), "410.48"),
+    (("9.2.1",), "396.37"),  # 9.2.148 Update 1
+    (("9.2.0",), "396.26"),
+    (("9.1.0",), "390.46"),
+    (("9.0.0",), "384.81"),
+    (("8.0.1",), "375.26"),  # 8.0.61 GA2: images say CUDA_VERSION=8.0.61, above this row
+    (("8.0.0",), "367.48"),
+)
+
 #: CUDA major → the driver minor-version compatibility needs (FACTS.md §1).
 MINOR_VERSION_FLOOR: dict[int, str] = {13: "580", 12: "525.60.13", 11: "450.80.02"}
 
@@ -115,7 +131,7 @@ MINOR_VERSION_FLOOR: dict[int, str] = {13: "580", 12: "525.60.13", 11: "450.80.0
 def strict_index(extra: Mapping[str, str] | None = None) -> dict[tuple[int, int, int], DriverVersion]:
     """CUDA release → minimum driver: the table plus a policy's extra rows (which win)."""
     index: dict[tuple[int, int, int], DriverVersion] = {}
-    rows = [*STRICT_TABLE, *(((cuda,), driver) for cuda, driver in (extra or {}).items())]
+    rows = [*LEGACY_TABLE, *STRICT_TABLE, *(((cuda,), driver) for cuda, driver in (extra or {}).items())]
     for releases, driver_text in rows:
         driver = DriverVersion.parse(driver_text)
         for text in releases:

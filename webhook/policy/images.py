@@ -1,79 +1,49 @@
 """Which CUDA version a container image carries, from what admission can see.
 
 Sources, most specific first: a per-container pod annotation, a pod
-annotation, the policy's image → CUDA map, then the tag conventions of
-FACTS.md §4 (``nvidia/cuda``, ``pytorch/pytorch``, NGC framework releases,
-``tensorflow/tensorflow:*-gpu``). No registry lookup: that would put network
-I/O on the admission path. tests/test_images.py checks the NGC and
-TensorFlow tables row by row against FACTS.md.
+annotation, the policy's image → CUDA map, the image's own config when a
+registry resolver has read it (``CUDA_VERSION``, ``NVIDIA_REQUIRE_CUDA``),
+then what the name tells: the tag conventions of FACTS.md §4 (``nvidia/cuda``,
+``pytorch/pytorch``), the release table of widely used images
+(:mod:`webhook.policy.image_table`: NGC frameworks, TensorFlow, TGI, vLLM …),
+CUDA spelled in the tag (``cuda11.7.1``, ``cu121``, ``-cuda12.4-``), and
+images known to carry no CUDA (``ubuntu``, ``busybox``, ``python`` …).
+Nothing here does I/O: the resolver (``webhook.registry``) runs in the shell.
+tests/test_images.py checks the NGC and TensorFlow tables row by row against
+FACTS.md.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
+from webhook.policy import forward_compat, image_table
 from webhook.policy.cuda import CudaVersion
+from webhook.policy.forward_compat import Branch
 
 #: pod annotation stating the CUDA version of every GPU container;
 #: ``<ANNOTATION>.<container name>`` states one container's.
 ANNOTATION = "gpu-admission.io/cuda-version"
 
+#: what a policy's image map or an annotation says for an image without CUDA
+NO_CUDA = "none"
+
 _DOCKER_HUB = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 
-#: NGC framework repositories whose YY.MM tags follow the release table below.
-NGC_FRAMEWORKS = frozenset(
-    {"pytorch", "tensorflow", "tritonserver", "nemo", "jax", "paddlepaddle", "mxnet", "tensorrt", "cuda-dl-base", "dgl"}
+#: an image reference as the distribution spec writes it (domain, lowercase path, tag, digest)
+_REFERENCE = re.compile(
+    r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
-
-#: NGC release ranges (first, last, CUDA), FACTS.md §4 (NGC/Triton release notes).
-NGC_RELEASES: tuple[tuple[str, str, str], ...] = (
-    ("22.01", "22.02", "11.6.0"),
-    ("22.03", "22.03", "11.6.1"),
-    ("22.04", "22.04", "11.6.2"),
-    ("22.05", "22.05", "11.7.0"),
-    ("22.06", "22.08", "11.7.1"),
-    ("22.09", "22.12", "11.8.0"),
-    ("23.01", "23.02", "12.0.1"),
-    ("23.03", "23.04", "12.1.0"),
-    ("23.05", "23.07", "12.1.1"),
-    ("23.08", "23.09", "12.2.1"),
-    ("23.10", "23.10", "12.2.2"),
-    ("23.11", "23.11", "12.3.0"),
-    ("23.12", "24.02", "12.3.2"),
-    ("24.03", "24.03", "12.4.0"),
-    ("24.04", "24.05", "12.4.1"),
-    ("24.06", "24.06", "12.5.0"),
-    ("24.07", "24.07", "12.5.1"),
-    ("24.08", "24.08", "12.6.0"),
-    ("24.09", "24.09", "12.6.1"),
-    ("24.10", "24.10", "12.6.2"),
-    ("24.11", "24.12", "12.6.3"),
-    ("25.01", "25.02", "12.8.0"),
-    ("25.03", "25.03", "12.8.1"),
-    ("25.04", "25.05", "12.9.0"),
-    ("25.06", "25.07", "12.9.1"),
-    ("25.08", "25.08", "13.0.0"),
-    ("25.09", "25.09", "13.0.1"),
-    ("25.10", "25.11", "13.0.2"),
-    ("25.12", "25.12", "13.1.0"),
-)
-
-#: tensorflow/tensorflow:<X.Y>-gpu ranges (first, last, CUDA), FACTS.md §4.
-TENSORFLOW_RELEASES: tuple[tuple[str, str, str], ...] = (
-    ("2.11", "2.11", "11.2"),
-    ("2.12", "2.14", "11.8"),
-    ("2.15", "2.15", "12.2"),
-    ("2.16", "2.17", "12.3"),
-    ("2.18", "2.19", "12.5"),
-)
-
 _CUDA_TAG = re.compile(r"^(\d+\.\d+(?:\.\d+)?)(?:-|$)")
 _PYTORCH_TAG = re.compile(r"-cuda(\d+\.\d+)(?:-|$)")
-_NGC_TAG = re.compile(r"^(\d{2})\.(\d{2})(?:\.\d+)?(?:-|$)")
-_TENSORFLOW_TAG = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+)?-gpu(?:-|$)")
+#: CUDA spelled in a tag: cuda11.7.1, cuda-12.2, cuda_12.4 … and PyTorch's cu121
+_CUDA_IN_TAG = re.compile(r"(?:^|[-_.])(cuda[-_]?(\d{1,2}\.\d{1,2}(?:\.\d{1,3})?))(?=$|[-_])")
+_CU_IN_TAG = re.compile(r"(?:^|[-_.])(cu(\d{1,2})(\d))(?=$|[-_.])")
 
 
 @dataclass(frozen=True)
@@ -100,13 +70,44 @@ class ImageRef:
             path = path if "/" in path else f"library/{path}"
         return cls(registry, path, tag)
 
+    @property
+    def name(self) -> str:
+        """``registry/repository``, as the image table names repositories."""
+        return f"{self.registry}/{self.repository}"
+
+
+def is_reference(image: str) -> bool:
+    """Whether ``image`` is a well-formed image reference (not a template placeholder)."""
+    return bool(_REFERENCE.match(image))
+
 
 @dataclass(frozen=True)
 class Inferred:
-    """A container's CUDA version and where it was read from (for messages)."""
+    """A container's CUDA version and where it was read from (for messages).
 
-    version: CudaVersion
+    ``version`` None: the image carries no CUDA. ``branches``: the driver
+    branches its cuda-compat package runs it on (data-center GPUs only).
+    """
+
+    version: CudaVersion | None
     source: str
+    branches: tuple[Branch, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image's config says about CUDA, read from a registry at a digest."""
+
+    digest: str
+    env: Mapping[str, str]
+
+    def inferred(self) -> Inferred | None:
+        """The CUDA its environment states; None when it states none (CUDA may come from pip wheels)."""
+        requirement = forward_compat.parse_requirement(self.env.get("NVIDIA_REQUIRE_CUDA", ""))
+        version = CudaVersion.parse(self.env.get("CUDA_VERSION", "")) or requirement.cuda
+        if version is None:
+            return None
+        return Inferred(version, f"image config at {self.digest[:19]}", requirement.branches)
 
 
 def infer(
@@ -114,60 +115,98 @@ def infer(
     image: str,
     annotations: Mapping[str, str],
     rules: Sequence[tuple[str, str]] = (),
+    config: ImageConfig | None = None,
 ) -> Inferred | str:
     """The container's CUDA version, or why it is unknown.
 
-    ``rules`` are the policy's (image glob, CUDA version) pairs; the first
-    glob that matches the image as written in the pod spec wins.
+    ``rules`` are the policy's (image glob, CUDA version or "none") pairs; the
+    first glob that matches the image as written in the pod spec wins.
+    ``config`` is what a registry resolver read from the image, if anything.
     """
     for key in (f"{ANNOTATION}.{container_name}", ANNOTATION):
         if key in annotations:
-            version = CudaVersion.parse(str(annotations[key]))
-            if version is None:
-                return f"annotation {key}={annotations[key]!r} is not a CUDA version such as 12.4"
-            return Inferred(version, f"annotation {key}")
+            return _stated(str(annotations[key]), f"annotation {key}") or (
+                f"annotation {key}={annotations[key]!r} is not a CUDA version such as 12.4"
+            )
     for pattern, cuda in rules:
         if fnmatchcase(image, pattern):
-            version = CudaVersion.parse(cuda)
-            if version is not None:
-                return Inferred(version, f"policy image map {pattern}")
-    from_tag = from_image(image)
-    if from_tag is not None:
-        return from_tag
+            stated = _stated(cuda, f"policy image map {pattern}")
+            if stated is not None:
+                return stated
+    from_config = config.inferred() if config is not None else None
+    if from_config is not None:
+        return from_config
+    found = from_image(image)
+    if found is not None:
+        return found
+    if not is_reference(image):
+        return "its image is not a valid image reference (a template placeholder?)"
     return "no CUDA version known for its image"
 
 
+def _stated(text: str, source: str) -> Inferred | None:
+    if text.strip().lower() == NO_CUDA:
+        return Inferred(None, source)
+    version = CudaVersion.parse(text)
+    return Inferred(version, source) if version is not None else None
+
+
 def from_image(image: str) -> Inferred | None:
-    """CUDA from the image's tag, by the conventions FACTS.md §4 lists."""
+    """CUDA from the image's name: tag conventions, the release table, CUDA in the tag, no-CUDA bases."""
     ref = ImageRef.parse(image)
-    owner, _, repo = ref.repository.rpartition("/")
+    if not ref.repository:
+        return None
     if ref.repository == "nvidia/cuda":  # Docker Hub, nvcr.io or a mirror
-        return _tagged(_CUDA_TAG.search(ref.tag), "nvidia/cuda tag")
+        found = _tagged(_CUDA_TAG.search(ref.tag), "nvidia/cuda tag")
+        require = image_table.NVIDIA_CUDA_REQUIRE.get(str(found.version)) if found else None
+        return replace(found, branches=forward_compat.parse_requirement(require).branches) if found and require else found
     if ref.repository == "pytorch/pytorch":
         return _tagged(_PYTORCH_TAG.search(ref.tag), "pytorch/pytorch tag")
-    if ref.registry == "nvcr.io" and owner == "nvidia" and repo in NGC_FRAMEWORKS:
-        match = _NGC_TAG.match(ref.tag)
-        release = f"{match[1]}.{match[2]}" if match else ""
-        version = ngc_cuda(release) if match else None
-        return Inferred(version, f"NGC {release}") if version else None
-    if ref.repository == "tensorflow/tensorflow":
-        match = _TENSORFLOW_TAG.match(ref.tag)
-        release = f"{match[1]}.{match[2]}" if match else ""
-        version = tensorflow_cuda(release) if match else None
-        return Inferred(version, f"TensorFlow {release}") if version else None
+    return _from_table(ref) or _from_tag(ref.tag) or _without_cuda(ref)
+
+
+def _from_table(ref: ImageRef) -> Inferred | None:
+    for row in image_table.RELEASES:
+        if ref.name not in row.repositories:
+            continue
+        match = re.fullmatch(row.tag, ref.tag)
+        if match is None:
+            continue
+        release = match[1] if match.re.groups else ""
+        if row.first and not _numbers(row.first) <= _numbers(release) <= _numbers(row.last):
+            continue
+        version = CudaVersion.parse(row.cuda)
+        if version is not None:
+            source = f"{row.name} {release}" if release else f"{row.name}, image table"
+            branches = (forward_compat.ngc_branches(_numbers(release)) if row.name == "NGC"
+                        else forward_compat.parse_requirement(row.require).branches)
+            return Inferred(version, source, branches)
+    return None
+
+
+def _from_tag(tag: str) -> Inferred | None:
+    spelled = _CUDA_IN_TAG.search(tag)
+    if spelled:
+        version = CudaVersion.parse(spelled[2])
+        return Inferred(version, f"tag {spelled[1]}") if version else None
+    cu = _CU_IN_TAG.search(tag)
+    return Inferred(CudaVersion(int(cu[2]), int(cu[3])), f"tag {cu[1]}") if cu else None
+
+
+def _without_cuda(ref: ImageRef) -> Inferred | None:
+    if any(fnmatchcase(ref.name, pattern) for pattern in image_table.NO_CUDA):
+        return Inferred(None, f"{ref.repository} carries no CUDA")
     return None
 
 
 def ngc_cuda(release: str) -> CudaVersion | None:
     """The CUDA of an NGC framework release such as ``24.05``."""
-    yy, _, mm = release.partition(".")
-    return _in_ranges(NGC_RELEASES, (int(yy), int(mm))) if yy.isdigit() and mm.isdigit() else None
+    return _in_ranges(image_table.NGC_RELEASES, release)
 
 
 def tensorflow_cuda(release: str) -> CudaVersion | None:
     """The CUDA of a TensorFlow GPU image release such as ``2.15``."""
-    major, _, minor = release.partition(".")
-    return _in_ranges(TENSORFLOW_RELEASES, (int(major), int(minor))) if major.isdigit() and minor.isdigit() else None
+    return _in_ranges(image_table.TENSORFLOW_TESTED_BUILDS + image_table.TENSORFLOW_RELEASES, release)
 
 
 def _tagged(match: re.Match[str] | None, source: str) -> Inferred | None:
@@ -175,13 +214,17 @@ def _tagged(match: re.Match[str] | None, source: str) -> Inferred | None:
     return Inferred(version, source) if version else None
 
 
-def _in_ranges(table: Sequence[tuple[str, str, str]], release: tuple[int, int]) -> CudaVersion | None:
+def _in_ranges(table: Sequence[tuple[str, str, str]], release: str) -> CudaVersion | None:
+    wanted = _numbers(release)
+    if not wanted:
+        return None
     for first, last, cuda in table:
-        if _pair(first) <= release <= _pair(last):
+        if _numbers(first) <= wanted <= _numbers(last):
             return CudaVersion.parse(cuda)
     return None
 
 
-def _pair(text: str) -> tuple[int, int]:
-    a, _, b = text.partition(".")
-    return int(a), int(b)
+def _numbers(text: str) -> tuple[int, ...]:
+    """``"24.05"`` → (24, 5); anything not dotted numbers → ()."""
+    parts = text.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()

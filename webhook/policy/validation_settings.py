@@ -91,22 +91,32 @@ class QuotaRule(ClusterRuleBase):
 
 class ImageCuda(Model):
     image: str = Field(min_length=1, description="a shell glob over the image as written in the pod spec")
-    cuda: str
+    cuda: str = Field(description='its CUDA version, or "none" for an image without CUDA')
 
     @field_validator("cuda")
     @classmethod
     def _version(cls, value: str) -> str:
-        if CudaVersion.parse(value) is None:
-            raise ValueError(f"{value!r} is not a CUDA version such as 12.4 or 12.4.1")
+        if value.strip().lower() != "none" and CudaVersion.parse(value) is None:
+            raise ValueError(f'{value!r} is not a CUDA version such as 12.4 or 12.4.1, nor "none"')
         return value
 
 
 class ForwardCompat(Model):
-    """CUDA forward compatibility (cuda-compat in the image): data-center GPUs, some driver branches."""
+    """CUDA forward compatibility (cuda-compat in the image): data-center GPUs, some driver branches.
 
-    driverBranches: list[int] = Field(min_length=1, description="driver major versions it works on, e.g. [535, 550]")
-    images: list[str] = Field(default=["nvcr.io/nvidia/*"], description="globs of images that ship cuda-compat")
-    nodes: LabelSelector | None = Field(default=None, description="nodes with data-center GPUs (default: every node)")
+    ``auto`` applies it where NVIDIA documents it: NGC framework releases on the
+    branches their release notes list, images whose ``NVIDIA_REQUIRE_CUDA``
+    lists ``brand=tesla`` branches; on nodes whose GPU product is a data-center GPU.
+    """
+
+    mode: Literal["auto", "off"] = Field(default="auto", description="auto: where NVIDIA supports it; off: never")
+    driverBranches: list[int] = Field(default=[], description="more driver majors the `images` globs run on, e.g. [550]")
+    images: list[str] = Field(default=["nvcr.io/nvidia/*"], description="globs of images that ship cuda-compat, for driverBranches")
+    nodes: LabelSelector | None = Field(
+        default=None, description="nodes with data-center GPUs (default: by their GPU product label)"
+    )
+    productLabel: str = Field(default="nvidia.com/gpu.product", min_length=1, description="the node label naming the GPU")
+    dataCenterProducts: list[str] = Field(default=[], description="globs of more GPU products to treat as data-center GPUs")
 
 
 class CudaDriverRule(ClusterRuleBase):
@@ -119,7 +129,9 @@ class CudaDriverRule(ClusterRuleBase):
     unknownCuda: Severity = Field(default="warn", description="a GPU container whose CUDA version is unknown")
     images: list[ImageCuda] = Field(default=[], description="image → CUDA, for images tags do not tell")
     minDrivers: dict[str, str] = Field(default={}, description="extra or corrected rows: CUDA version → minimum driver")
-    forwardCompat: ForwardCompat | None = Field(default=None, description="explicit opt-in; never a default")
+    forwardCompat: ForwardCompat = Field(
+        default=ForwardCompat(), description="where NVIDIA supports forward compatibility (data-center GPUs); mode: off to never assume it"
+    )
     templateTolerates: list[str] = Field(
         default=["nvidia.com/gpu"],
         description="taint keys the pods of a template are assumed to tolerate (added at pod creation)",

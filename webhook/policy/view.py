@@ -2,7 +2,8 @@
 
 The engine never talks to the API server. Whatever it needs to know about the
 cluster (GPU nodes, namespace labels, GPU pods for quota usage, quotas,
-priority and runtime classes) reaches it through :class:`ClusterView`. The
+priority and runtime classes, and image configs a registry resolver has
+read) reaches it through :class:`ClusterView`. The
 server implements it with a list+watch index (``webhook.cluster``); the audit
 CLI and the tests implement it with :class:`SnapshotView`, built from plain
 Kubernetes objects such as ``kubectl get nodes -o yaml`` prints.
@@ -26,6 +27,7 @@ from typing import Any, Literal, Protocol
 from webhook.policy.aggregates import Aggregates
 from webhook.policy.nodegroups import NodeGroup
 from webhook.policy.usage import UsageView
+from webhook.policy.images import ImageConfig
 
 Object = Mapping[str, Any]
 
@@ -83,6 +85,8 @@ class ClusterView(Protocol):
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         """GPUs held per namespace, and per team for each team label (``webhook.policy.usage``)."""
+    def image_config(self, image: str) -> ImageConfig | None:
+        """What a registry resolver has read from the image's config already, or None."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class SnapshotView:
     known: frozenset[str] = frozenset()
     #: why a resource is unknown, for messages; {resource} is filled in
     unknown_reason: str = "no {resource} in the cluster snapshot"
+    #: image reference → its config, as a registry resolver read it
+    image_configs: Mapping[str, ImageConfig] = field(default_factory=dict)
 
     @classmethod
     def from_objects(cls, objects: Iterable[Object], *, known: Iterable[str] = ()) -> SnapshotView:
@@ -178,6 +184,9 @@ class SnapshotView:
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         return self._aggregates.gpu_usage(model_label, team_labels)
+
+    def image_config(self, image: str) -> ImageConfig | None:
+        return self.image_configs.get(image.strip())
 
 
 #: what rules see without any cluster access (server --no-cluster or no credentials)

@@ -18,6 +18,8 @@ from webhook.errors import CertificateError
 from webhook.policy.view import EMPTY_VIEW, ClusterView
 from webhook.server import evaluation, handlers, keys
 from webhook.server.limits import Limits
+from webhook.registry.resolver import ResolverSettings, running
+from webhook.registry.view import ResolvedView
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
@@ -42,13 +44,15 @@ def create_app(
     view: ClusterView | None = None,
     metrics: Metrics | None = None,
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
+    images: ResolverSettings | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
     ``cluster`` builds the live cluster index (given the app's metrics); it is
     started in the background when the app starts, the app is ready once it
     has synced, and it answers the rules' cluster questions. Without it the
-    rules see ``view`` (default: an empty cluster).
+    rules see ``view`` (default: an empty cluster). ``images`` turns on the
+    registry resolver: admission waits for unknown images at most its budget.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies)
@@ -72,6 +76,8 @@ def create_app(
         _export_cert_expiry(app, tls)
     if cluster is not None:
         app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync))
+    if images is not None:  # after the cluster: it wraps the view the cluster index set
+        app.cleanup_ctx.append(_registry_ctx(images))
     app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
     if tls is not None:
         app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_tls(app, tls)))
@@ -96,6 +102,17 @@ async def _executor_ctx(app: web.Application) -> AsyncIterator[None]:
     app[keys.EXECUTOR] = ThreadPoolExecutor(evaluation.WORKERS, thread_name_prefix="evaluate")
     yield
     app[keys.EXECUTOR].shutdown(wait=False, cancel_futures=True)
+
+
+def _registry_ctx(settings: ResolverSettings) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        async with running(settings) as resolver:
+            app[keys.RESOLVER] = resolver
+            base = app[keys.VIEW]
+            app[keys.VIEW] = lambda: ResolvedView(base(), resolver)
+            yield
+
+    return ctx
 
 
 def _reload_policies(app: web.Application) -> None:

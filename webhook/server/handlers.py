@@ -11,6 +11,7 @@ from webhook import review
 from webhook.errors import RequestBodyError, ReviewError
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
+from webhook.registry.resolver import unknown_images
 from webhook.server import evaluation, keys
 from webhook.server.body import read_body
 
@@ -47,6 +48,9 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         metrics.count_request(request.path, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": request.path})
         return _refuse(400, str(exc))
+    resolver = app.get(keys.RESOLVER)
+    if resolver is not None:  # waits at most its budget; the rest resolves in the background
+        await resolver.prefetch(unknown_images(parsed.request.object))
     args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, objects)
     if len(body) >= limits.offload_bytes:
         outcome = await evaluation.decide_off_loop(app[keys.EXECUTOR], *args)

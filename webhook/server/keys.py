@@ -10,6 +10,7 @@ from aiohttp import web
 
 from webhook.policy.view import ClusterView
 from webhook.server.limits import Limits
+from webhook.registry.resolver import Resolver
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
@@ -28,3 +29,5 @@ LIMITS = web.AppKey("limits", Limits)
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 #: set on SIGTERM: /readyz answers 503 and every answer closes its connection
 DRAINING = web.AppKey("draining", asyncio.Event)
+#: the registry resolver, when image resolution is on (serve --resolve-images)
+RESOLVER = web.AppKey("resolver", Resolver)

@@ -16,6 +16,7 @@ from webhook.cluster import ClusterIndex
 from webhook.errors import GpuAdmissionError
 from webhook.policy import view
 from webhook.server import listener
+from webhook.registry import flags
 from webhook.server.app import AppConfig, create_app
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
@@ -34,6 +35,7 @@ def serve(args: argparse.Namespace) -> int:
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True),
         tls=tls,
         cluster=_cluster_builder(args),
+        images=flags.settings(args, budget=args.registry_budget_ms / 1000),
     )
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,

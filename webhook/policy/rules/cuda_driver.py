@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import affinity, cuda, gpu, images, match, scheduling, severity
+from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, scheduling, severity
 from webhook.policy.context import RuleContext
+from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import CudaDriverRule
 
@@ -35,7 +36,8 @@ class _Need:
     version: cuda.CudaVersion
     source: str
     driver: cuda.DriverVersion
-    forward: bool  # the image ships cuda-compat (policy opt-in)
+    #: branches its cuda-compat runs it on (data-center GPUs): documented, plus the policy's
+    branches: tuple[Branch, ...]
 
 
 @dataclass
@@ -74,22 +76,42 @@ def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
 def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need]:
     annotations = _annotations(ctx)
     rules = [(entry.image, entry.cuda) for entry in cfg.images]
-    index = cfg.driver_index
     needs = []
     for ref in ctx.gpu_containers():
-        image = str(ref.container.get("image") or "")
-        found = images.infer(ref.name, image, annotations, rules)
-        driver = cuda.min_driver(found.version, cfg.compatibility, index) if isinstance(found, images.Inferred) else None
-        if isinstance(found, images.Inferred) and driver is not None:
-            forward = cfg.forwardCompat is not None and any(fnmatchcase(image, g) for g in cfg.forwardCompat.images)
-            needs.append(_Need(ref, found.version, found.source, driver, forward))
-        elif report:
-            # the image goes last: kube-apiserver cuts warnings at 256 characters
-            why = (f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
-                   if isinstance(found, str) else
-                   f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers")
-            severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {why}", _field(ctx, ref))
+        found = _need(ctx, cfg, ref, annotations, rules)
+        if isinstance(found, _Need):
+            needs.append(found)
+        elif found and report:
+            severity.report(ctx, cfg.unknownCuda, f"{ctx.where(ref)}: {found}", _field(ctx, ref))
     return needs
+
+
+def _need(
+    ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str],
+    rules: Sequence[tuple[str, str]],
+) -> _Need | str:
+    """What one container needs, or why that is unknown ("" for an image without CUDA)."""
+    image = str(ref.container.get("image") or "")
+    found = images.infer(ref.name, image, annotations, rules, ctx.view.image_config(image))
+    if isinstance(found, str):
+        # the image goes last: kube-apiserver cuts warnings at 256 characters
+        return f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
+    if found.version is None:
+        return ""  # no CUDA in the image: no driver is too old for it
+    driver = cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index)
+    if driver is None:
+        return f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers"
+    return _Need(ref, found.version, found.source, driver, _branches(cfg, image, found))
+
+
+def _branches(cfg: CudaDriverRule, image: str, found: images.Inferred) -> tuple[Branch, ...]:
+    """The driver branches forward compatibility runs this image on, documented or the policy's."""
+    compat = cfg.forwardCompat
+    if compat.mode == "off":
+        return ()
+    listed = compat.driverBranches if any(fnmatchcase(image, g) for g in compat.images) else []
+    extra = tuple(Branch(major, cuda.DriverVersion((major, 0, 0), str(major))) for major in listed)
+    return found.branches + extra
 
 
 def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
@@ -112,13 +134,15 @@ def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -
 def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersion) -> bool:
     if need.driver <= driver:
         return True
-    compat = cfg.forwardCompat
-    return (
-        compat is not None
-        and need.forward
-        and driver.parts[0] in compat.driverBranches
-        and match.selector_matches(compat.nodes, scheduling.node_labels(node))
-    )
+    return any(b.admits(driver) for b in need.branches) and _data_center(cfg, node)
+
+
+def _data_center(cfg: CudaDriverRule, node: Node) -> bool:
+    """Whether the node's GPUs run forward compatibility: the policy's selector, else the GPU product."""
+    compat, labels = cfg.forwardCompat, scheduling.node_labels(node)
+    if compat.nodes is not None:
+        return match.selector_matches(compat.nodes, labels)
+    return gpu_products.is_data_center(labels.get(compat.productLabel, ""), compat.dataCenterProducts)
 
 
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
@@ -146,7 +170,7 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
     elif not nodes.capable:
         newest = max(_driver(n) for n in nodes.incapable)
         message = (f"{where}: {wants}; the newest driver on the {nodes.size(known)} node(s) it could land on is "
-                   f"{newest}{_runs_up_to(newest, cfg)}")
+                   f"{newest}{_runs_up_to(newest, cfg)}{_forward_hint(top)}")
         severity.report(ctx, "warn" if nodes.unlabelled else "deny", message, path)
     elif nodes.incapable:
         _partial(ctx, cfg, f"{where}: {wants}; only {nodes.size(nodes.capable)} of {nodes.size(known)} node(s) it could "
@@ -192,6 +216,13 @@ def _drivers(nodes: Sequence[Node]) -> str:
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
     newest = cuda.newest_supported(driver, cfg.driver_index)
     return f", which runs CUDA <= {newest}: use an image built for it or target newer nodes" if newest else ""
+
+
+def _forward_hint(need: _Need) -> str:
+    if not need.branches:
+        return ""
+    names = "/".join(sorted({str(b) for b in need.branches}))
+    return f"; forward compatibility would run it on data-center GPUs with {names}"
 
 
 def _annotations(ctx: RuleContext) -> dict[str, str]:

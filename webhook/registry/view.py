@@ -1,0 +1,50 @@
+"""A cluster view that also answers what the registry resolver knows of images."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from webhook.policy.images import ImageConfig
+from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.usage import UsageView
+from webhook.policy.view import Availability, ClusterView, Object, Resource
+from webhook.registry.resolver import Resolver
+
+
+@dataclass(frozen=True)
+class ResolvedView:
+    """``base`` for cluster state, ``resolver``'s cache for image configs."""
+
+    base: ClusterView
+    resolver: Resolver
+
+    def availability(self, resource: Resource) -> Availability:
+        return self.base.availability(resource)
+
+    def namespace(self, name: str) -> Object | None:
+        return self.base.namespace(name)
+
+    def nodes(self) -> Iterable[Object]:
+        return self.base.nodes()
+
+    def pods(self, namespace: str | None = None) -> Iterable[Object]:
+        return self.base.pods(namespace)
+
+    def resource_quotas(self, namespace: str) -> Iterable[Object]:
+        return self.base.resource_quotas(namespace)
+
+    def priority_class(self, name: str) -> Object | None:
+        return self.base.priority_class(name)
+
+    def runtime_class(self, name: str) -> Object | None:
+        return self.base.runtime_class(name)
+
+    def node_groups(self) -> Sequence[NodeGroup]:
+        return self.base.node_groups()
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        return self.base.gpu_usage(model_label, team_labels)
+
+    def image_config(self, image: str) -> ImageConfig | None:
+        return self.resolver.image_config(image) or self.base.image_config(image)
