@@ -26,6 +26,7 @@ import yaml
 from webhook.errors import ManifestError
 from webhook.policy import engine, loader
 from webhook.policy.decision import Decision, Finding
+from webhook.policy.dra import is_claim
 from webhook.policy.request import Request
 from webhook.policy.view import RESOURCES, SnapshotView, flatten_lists
 
@@ -66,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
     policies = loader.load_directory(args.policies)
     view = load_cluster_state(args.cluster_state, complete=args.complete)
     problems: list[str] = []
+    manifests = list(read_manifests(args.paths, problems))
+    # DRA: a pod and the ResourceClaimTemplate it names often come in one stream
+    view = view.with_objects(obj for _, obj in manifests)
     results = [
         result
-        for source, obj in read_manifests(args.paths, problems)
+        for source, obj in manifests
         if (result := audit_object(policies, view, source, obj, namespace=args.namespace)) is not None
     ]
     sys.stdout.write(render_json(results) if args.format == "json" else render_text(results))
@@ -93,7 +97,7 @@ def audit_object(
 ) -> Result | None:
     """Mutate then validate one object; None when it has no pod spec we know."""
     request = Request.for_object(obj, namespace=namespace)
-    if (request.group, request.kind) not in policies.kinds:
+    if (request.group, request.kind) not in policies.kinds and not is_claim(request.group, request.kind):
         return None
     mutation = engine.evaluate(policies, request, view, "mutate")
     patched = mutation.patched if mutation.patched is not None else obj

@@ -156,3 +156,15 @@ class ClusterIndex:
 
     def runtime_class(self, name: str) -> Object | None:
         return self._snapshot("runtimeclasses").get(CLUSTER, name)
+
+    def device_class(self, name: str) -> Object | None:
+        return self._snapshot("deviceclasses").get(CLUSTER, name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        return self._snapshot("resourceclaimtemplates").get(namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        return self._snapshot("resourceclaims").get(namespace, name)
+
+    def resource_slices(self) -> Collection[Object]:
+        return self._snapshot("resourceslices").in_namespace(CLUSTER)

@@ -27,7 +27,8 @@ Object = Mapping[str, Any]
 
 #: The kinds of cluster state a view can hold.
 Resource = Literal[
-    "nodes", "namespaces", "pods", "resourcequotas", "priorityclasses", "runtimeclasses"
+    "nodes", "namespaces", "pods", "resourcequotas", "priorityclasses", "runtimeclasses",
+    "deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices",
 ]
 RESOURCES: tuple[Resource, ...] = (
     "nodes",
@@ -36,7 +37,10 @@ RESOURCES: tuple[Resource, ...] = (
     "resourcequotas",
     "priorityclasses",
     "runtimeclasses",
+    *("deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices"),
 )
+#: Dynamic Resource Allocation (resource.k8s.io/v1): only watched where the cluster serves it
+DRA_RESOURCES: tuple[Resource, ...] = ("deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,18 @@ class ClusterView(Protocol):
 
     def runtime_class(self, name: str) -> Object | None:
         """The RuntimeClass of that name, or None."""
+
+    def device_class(self, name: str) -> Object | None:
+        """The DeviceClass of that name, or None."""
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        """The ResourceClaimTemplate, or None."""
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        """The ResourceClaim, or None."""
+
+    def resource_slices(self) -> Iterable[Object]:
+        """All ResourceSlices (devices a driver publishes, per node or pool)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +157,38 @@ class SnapshotView:
     def runtime_class(self, name: str) -> Object | None:
         return _by_name(self._of("RuntimeClass"), name)
 
+    def device_class(self, name: str) -> Object | None:
+        return _by_name(self._of("DeviceClass"), name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        return _by_name(self._in("ResourceClaimTemplate", namespace), name)
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        return _by_name(self._in("ResourceClaim", namespace), name)
+
+    def resource_slices(self) -> Iterable[Object]:
+        return self._of("ResourceSlice")
+
+    def _in(self, kind: str, namespace: str) -> list[Object]:
+        return [o for o in self._of(kind) if (o.get("metadata") or {}).get("namespace", "default") == namespace]
+
+    def with_objects(self, objects: Iterable[Object]) -> SnapshotView:
+        """This snapshot plus the DRA objects among ``objects`` (a pod and its template in one stream).
+
+        They are found, but their resources do not become known: manifests
+        may hold some templates and leave others to the cluster, so a
+        template missing from them proves nothing.
+        """
+        added: dict[str, list[Object]] = {}
+        for obj in flatten_lists(objects):
+            kind = str(obj.get("kind", ""))
+            if _RESOURCE_OF_KIND.get(kind) in DRA_RESOURCES:
+                added.setdefault(kind, []).append(obj)
+        if not added:
+            return self
+        merged = {k: (*self.objects_by_kind.get(k, ()), *added.get(k, ())) for k in {*self.objects_by_kind, *added}}
+        return SnapshotView(merged, self.known, self.unknown_reason)
+
 
 #: what rules see without any cluster access (server --no-cluster or no credentials)
 EMPTY_VIEW = SnapshotView(unknown_reason="{resource} unknown: gpu-admission runs without cluster access")
@@ -152,6 +200,10 @@ _RESOURCE_OF_KIND = {
     "ResourceQuota": "resourcequotas",
     "PriorityClass": "priorityclasses",
     "RuntimeClass": "runtimeclasses",
+    "DeviceClass": "deviceclasses",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+    "ResourceSlice": "resourceslices",
 }
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from webhook import certs, cluster
 from webhook.cluster import ClusterIndex
-from webhook.policy import view
+from webhook.cluster.discovery import served_resources
 from webhook.server.metrics import Metrics
 from webhook.server.app import AppConfig, create_app
 from webhook.server.tls import ReloadingTLS
@@ -51,8 +51,9 @@ def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterInd
     if api_client is None:
         log.warning("no in-cluster credentials and no kubeconfig: rules see an empty cluster")
         return None
-    log.info("cluster view: list+watch of %s", ", ".join(view.RESOURCES))
-    return lambda metrics: cluster.ClusterIndex(api_client, registry=metrics.registry)
+    resources = served_resources(api_client)
+    log.info("cluster view: list+watch of %s", ", ".join(resources))
+    return lambda metrics: cluster.ClusterIndex(api_client, resources=resources, registry=metrics.registry)
 
 
 def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -17,7 +17,7 @@ from decimal import Decimal
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import gpu, match, resourcequota, scheduling, severity
+from webhook.policy import claim_gpus, gpu, match, resourcequota, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
@@ -37,7 +37,7 @@ class _Pod:
 
 
 def run(ctx: RuleContext, cfg: QuotaRule) -> None:
-    asks = gpu.pod_gpus(ctx.spec, ctx.is_gpu)
+    asks = ctx.pod_gpus()  # extended resources and DRA claims' devices
     if not any(asks.values()):
         return
     me = _Pod(ctx.request.namespace, scheduling.label_values(ctx.spec, cfg.modelLabel),
@@ -130,7 +130,8 @@ def _running_pods(
         models = None
         if with_models:
             models = models_of.get(str(spec.get("nodeName") or "")) or scheduling.label_values(spec, cfg.modelLabel)
-        yield _Pod(pod_namespace, models, str(spec.get("priorityClassName") or ""), gpu.pod_gpus(spec, ctx.is_gpu))
+        gpus = claim_gpus.pod_gpus(spec, pod_namespace, ctx.view, ctx.device_classes, ctx.is_gpu)
+        yield _Pod(pod_namespace, models, str(spec.get("priorityClassName") or ""), gpus)
 
 
 def _node_models(ctx: RuleContext, cfg: QuotaRule) -> dict[str, frozenset[str]]:
@@ -158,7 +159,10 @@ def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, 
     if not availability.known:
         severity.unavailable(ctx, cfg, availability.reason, "ResourceQuota")
         return
-    for breach in resourcequota.breaches(ctx.view.resource_quotas(ctx.request.namespace), ctx.spec, asks, ctx.is_gpu):
+    if ctx.claims is not None and ctx.claims.quota:  # DRA items: <device-class>.deviceclass.resource.k8s.io/devices
+        asks = {**asks, **{k: Decimal(n) for k, n in ctx.claims.quota.items()}}
+    for breach in resourcequota.breaches(ctx.view.resource_quotas(ctx.request.namespace), ctx.spec, asks,
+                                         lambda name: ctx.is_gpu(name) or name.endswith(claim_gpus.QUOTA_SUFFIX)):
         ctx.report(f"{ctx.where()}: namespace {ctx.request.namespace} uses {_n(breach.used)} of {_n(breach.hard)} "
                    f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {_n(breach.ask)}",
                    pointer(ctx.spec_path("containers")))

@@ -1,0 +1,211 @@
+"""The GPUs a pod spec gets through its DRA claims, resolved through the cluster view.
+
+A claim's GPU requests count as extended resources (webhook.policy.device_classes),
+so every rule keeps speaking of ``nvidia.com/gpu`` and ``nvidia.com/mig-*``:
+a container that uses a GPU claim is a GPU container, and the pod's GPUs
+are its extended resources plus its claims' devices. Devices of one claim
+are counted once per pod, however many containers share the claim.
+
+Counting a request: the largest GPU alternative of ``firstAvailable`` (it
+may get any of them); ``allocationMode: All`` as the most devices of that
+class any one node publishes in its ResourceSlices (1 when they are unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from webhook.policy import dra, gpu
+from webhook.policy.device_classes import DeviceClassInfo
+from webhook.policy.view import ClusterView, Resource
+
+#: request name → extended resource → devices
+Counts = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A claim the pod names that the view, which knows every claim or template, does not have."""
+
+    claim: dra.PodClaim
+    reason: str
+
+
+@dataclass(frozen=True)
+class PodClaims:
+    """A pod spec's claims, resolved: GPU devices per claim and request, and what could not be resolved."""
+
+    counts: dict[str, Counts] = field(default_factory=dict)  # pod claim name → its GPU requests
+    unresolved: tuple[Unresolved, ...] = ()
+    unknown: tuple[str, ...] = ()  # why some claims could not be looked up (view unavailable)
+    #: native ResourceQuota item → devices the pod's templates will claim (named claims were charged already)
+    quota: dict[str, int] = field(default_factory=dict)
+
+    def total(self) -> dict[str, Decimal]:
+        """Extended resource → devices over every claim of the pod."""
+        total: dict[str, Decimal] = {}
+        for requests in self.counts.values():
+            for counts in requests.values():
+                for name, n in counts.items():
+                    total[name] = total.get(name, Decimal(0)) + n
+        return total
+
+
+def resolve(
+    spec: Mapping[str, Any], namespace: str, view: ClusterView, classes: Mapping[str, DeviceClassInfo]
+) -> PodClaims | None:
+    """The pod spec's claims as the view knows them; None when it names no claim."""
+    claims = dra.pod_claims(spec)
+    if not claims:
+        return None
+    counts: dict[str, Counts] = {}
+    unresolved: list[Unresolved] = []
+    unknown: list[str] = []
+    quota: dict[str, int] = {}
+    for claim in claims:
+        resource: Resource = "resourceclaimtemplates" if claim.template else "resourceclaims"
+        name = claim.template or claim.claim
+        if not name:
+            continue
+        found = (view.resource_claim_template(namespace, name) if claim.template
+                 else view.resource_claim(namespace, name))
+        if found is None:
+            # absent proves something only where the view knows every one (an audit's
+            # manifests may hold some templates and leave others to the cluster)
+            availability = view.availability(resource)
+            if availability.known:
+                kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
+                unresolved.append(Unresolved(claim, f"{kind} {namespace}/{name} does not exist"))
+            else:
+                unknown.append(availability.reason)
+            continue
+        requests = request_counts(dra.requests_of(dra.claim_spec(found)), view, classes)
+        if requests:
+            counts[claim.name] = requests
+        if claim.template:
+            for key, n in quota_items(dra.requests_of(dra.claim_spec(found)), classes).items():
+                quota[key] = quota.get(key, 0) + n
+    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota)
+
+
+def request_counts(
+    requests: list[dra.ClaimRequest], view: ClusterView, classes: Mapping[str, DeviceClassInfo]
+) -> Counts:
+    """GPU requests of a claim: request name → extended resource → devices."""
+    counts: Counts = {}
+    for request in requests:
+        best: tuple[int, str] | None = None
+        for ask in request.alternatives:
+            info = classes.get(ask.device_class)
+            if info is None:
+                continue
+            n = largest_node_count(view, info) if ask.all else ask.count
+            resource = info.counts_as(dra.selected(ask, "profile"))
+            if best is None or n > best[0]:
+                best = (n, resource)
+        if best is not None:
+            counts[request.name] = {best[1]: best[0]}
+    return counts
+
+
+#: a native ResourceQuota item of DRA: ``<device-class>.deviceclass.resource.k8s.io/devices``
+QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+
+
+def quota_items(requests: list[dra.ClaimRequest], classes: Mapping[str, DeviceClassInfo]) -> dict[str, int]:
+    """The native ResourceQuota items a claim of these requests is charged (GPU classes; All as 1)."""
+    items: dict[str, int] = {}
+    for request in requests:
+        largest: dict[str, int] = {}
+        for ask in request.alternatives:
+            if ask.device_class in classes:
+                largest[ask.device_class] = max(largest.get(ask.device_class, 0), ask.count)
+        for device_class, n in largest.items():
+            key = device_class + QUOTA_SUFFIX
+            items[key] = items.get(key, 0) + n
+    return items
+
+
+def pod_gpus(
+    spec: Mapping[str, Any], namespace: str, view: ClusterView, classes: Mapping[str, DeviceClassInfo],
+    is_gpu: gpu.ResourceMatcher,
+) -> dict[str, Decimal]:
+    """GPUs a pod of the view holds: its extended resources plus its claims' devices (quota usage)."""
+    total = gpu.pod_gpus(spec, is_gpu)
+    if "resourceClaims" in spec:
+        claims = resolve(spec, namespace, view, classes)
+        for name, n in (claims.total() if claims is not None else {}).items():
+            if is_gpu(name):
+                total[name] = total.get(name, Decimal(0)) + n
+    return total
+
+
+def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
+    """The most devices of this class one node publishes (1 when ResourceSlices are unknown)."""
+    if not view.availability("resourceslices").known:
+        return 1
+    per_node: dict[str, int] = {}
+    for node, attributes in slice_devices(view):
+        if of_class(attributes, info):
+            per_node[node] = per_node.get(node, 0) + 1
+    return max(per_node.values(), default=1)
+
+
+def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: gpu.Slots) -> gpu.Slots:
+    """``slots`` plus, for each container using a GPU claim, the extended resources the claim counts as."""
+    if not claims.counts:
+        return slots
+    merged = dict(slots)
+    for ref in gpu.containers(spec):
+        names: set[str] = set()
+        for claim, request in dra.container_claims(ref.container):
+            for request_name, counts in claims.counts.get(claim, {}).items():
+                if not request or request == request_name:
+                    names.update(counts)
+        if names:
+            key = (ref.list_name, ref.index)
+            merged[key] = merged.get(key, frozenset()) | names
+    return merged
+
+
+# -- ResourceSlices
+
+
+def slice_devices(view: ClusterView) -> list[tuple[str, Mapping[str, Any]]]:
+    """(node name, device attributes) of every device in the view's ResourceSlices."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for obj in view.resource_slices():
+        spec = _map(obj.get("spec"))
+        node = str(spec.get("nodeName") or "")
+        driver = str(spec.get("driver") or "")
+        for device in spec.get("devices") or ():
+            raw = _map(device)
+            # v1beta1 nests attributes under "basic"
+            attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
+            found.append((node, {"driver": driver, **attributes}))
+    return found
+
+
+def of_class(attributes: Mapping[str, Any], info: DeviceClassInfo) -> bool:
+    """Is this slice device one of the class's (its driver, and its ``type`` when the class names one)?"""
+    if attributes.get("driver") != info.driver:
+        return False
+    return not info.device_type or attribute(attributes, "type", info.driver) == info.device_type
+
+
+def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | None:
+    """A device attribute's value as text: unqualified names belong to the driver's domain."""
+    value = attributes.get(name, attributes.get(f"{domain}/{name}"))
+    if not isinstance(value, Mapping):
+        return None
+    for kind in ("string", "version", "int", "bool"):
+        if kind in value:
+            return str(value[kind])
+    return None
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

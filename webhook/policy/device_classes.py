@@ -1,0 +1,69 @@
+"""DRA device classes that hand out GPUs, and the extended resource each counts as.
+
+GPU knowledge, as data. With Dynamic Resource Allocation a pod asks for
+devices of a DeviceClass through a ResourceClaim; every rule of this engine
+(tolerations, quotas, shape, CUDA) speaks of GPUs by extended resource name.
+So a GPU request of a claim counts as the extended resource the same GPU
+would be under NVIDIA's device plugin: one ``gpu.nvidia.com`` device is one
+``nvidia.com/gpu``, one ``mig.nvidia.com`` device of profile 1g.10gb is one
+``nvidia.com/mig-1g.10gb``. A cap on ``nvidia.com/gpu`` then counts both.
+
+Sources (NVIDIA/k8s-dra-driver-gpu, deployments/helm/…/templates/deviceclass-*.yaml,
+cmd/gpu-kubelet-plugin/deviceinfo.go and mig.go):
+
+- ``gpu.nvidia.com``: full GPUs (``device.attributes['gpu.nvidia.com'].type == 'gpu'``);
+  on resource.k8s.io/v1 the class also declares ``extendedResourceName: nvidia.com/gpu``;
+- ``mig.nvidia.com``: MIG devices (type ``mig``), attribute ``profile`` (e.g. ``1g.10gb``);
+- ``vfio.gpu.nvidia.com``: full GPUs passed through to VMs (type ``vfio``);
+- ``compute-domain-*.nvidia.com``: IMEX daemons and channels, not GPUs (not listed).
+
+Device attributes a driver publishes in ResourceSlices: ``productName``
+("NVIDIA A100-SXM4-80GB"), ``architecture``, ``driverVersion`` and
+``cudaDriverVersion`` (versions), ``cudaComputeCapability``, ``uuid``,
+and for MIG ``profile`` and ``parentUUID``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from webhook.policy import mig
+
+#: placeholder in a resource pattern, filled with the MIG profile a request selects
+PROFILE = "{profile}"
+#: what a MIG request counts as when its selectors name no profile
+ANY_PROFILE = "any"
+
+
+@dataclass(frozen=True)
+class DeviceClassInfo:
+    """A device class whose devices are GPUs, and what one device counts as."""
+
+    name: str
+    resource: str  # an extended resource name; ``{profile}`` is filled from the request
+    driver: str = "gpu.nvidia.com"  # the DRA driver publishing its devices (their attribute domain)
+    device_type: str = ""  # the driver's ``type`` attribute of its devices; "": every device of the driver
+
+    @property
+    def is_mig(self) -> bool:
+        return PROFILE in self.resource
+
+    def counts_as(self, profile: str | None) -> str:
+        """The extended resource one device of this class counts as."""
+        if not self.is_mig:
+            return self.resource
+        return self.resource.replace(PROFILE, mig.resource_profile(profile) if profile else ANY_PROFILE)
+
+
+#: NVIDIA's classes, the shipped default; policies add others (AMD, Intel) with spec.deviceClasses
+DEFAULT_DEVICE_CLASSES: tuple[DeviceClassInfo, ...] = (
+    DeviceClassInfo("gpu.nvidia.com", "nvidia.com/gpu", device_type="gpu"),
+    DeviceClassInfo("mig.nvidia.com", f"nvidia.com/mig-{PROFILE}", device_type="mig"),
+    DeviceClassInfo("vfio.gpu.nvidia.com", "nvidia.com/gpu", device_type="vfio"),
+)
+
+
+def table(extra: Iterable[DeviceClassInfo] = ()) -> dict[str, DeviceClassInfo]:
+    """Class name → info; entries given later override the defaults."""
+    return {c.name: c for c in (*DEFAULT_DEVICE_CLASSES, *extra)}
