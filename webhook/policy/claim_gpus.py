@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import dra, gpu
+from webhook.policy import dra, gpu, resource_slices
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.view import ClusterView, Resource
 
@@ -102,7 +102,7 @@ def request_counts(
             info = classes.get(ask.device_class)
             if info is None:
                 continue
-            n = largest_node_count(view, info) if ask.all else ask.count
+            n = resource_slices.largest_node_count(view, info) if ask.all else ask.count
             resource = info.counts_as(dra.selected(ask, "profile"))
             if best is None or n > best[0]:
                 best = (n, resource)
@@ -143,17 +143,6 @@ def pod_gpus(
     return total
 
 
-def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
-    """The most devices of this class one node publishes (1 when ResourceSlices are unknown)."""
-    if not view.availability("resourceslices").known:
-        return 1
-    per_node: dict[str, int] = {}
-    for node, attributes in slice_devices(view):
-        if of_class(attributes, info):
-            per_node[node] = per_node.get(node, 0) + 1
-    return max(per_node.values(), default=1)
-
-
 def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: gpu.Slots) -> gpu.Slots:
     """``slots`` plus, for each container using a GPU claim, the extended resources the claim counts as."""
     if not claims.counts:
@@ -169,43 +158,3 @@ def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: gpu.Slots
             key = (ref.list_name, ref.index)
             merged[key] = merged.get(key, frozenset()) | names
     return merged
-
-
-# -- ResourceSlices
-
-
-def slice_devices(view: ClusterView) -> list[tuple[str, Mapping[str, Any]]]:
-    """(node name, device attributes) of every device in the view's ResourceSlices."""
-    found: list[tuple[str, Mapping[str, Any]]] = []
-    for obj in view.resource_slices():
-        spec = _map(obj.get("spec"))
-        node = str(spec.get("nodeName") or "")
-        driver = str(spec.get("driver") or "")
-        for device in spec.get("devices") or ():
-            raw = _map(device)
-            # v1beta1 nests attributes under "basic"
-            attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
-            found.append((node, {"driver": driver, **attributes}))
-    return found
-
-
-def of_class(attributes: Mapping[str, Any], info: DeviceClassInfo) -> bool:
-    """Is this slice device one of the class's (its driver, and its ``type`` when the class names one)?"""
-    if attributes.get("driver") != info.driver:
-        return False
-    return not info.device_type or attribute(attributes, "type", info.driver) == info.device_type
-
-
-def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | None:
-    """A device attribute's value as text: unqualified names belong to the driver's domain."""
-    value = attributes.get(name, attributes.get(f"{domain}/{name}"))
-    if not isinstance(value, Mapping):
-        return None
-    for kind in ("string", "version", "int", "bool"):
-        if kind in value:
-            return str(value[kind])
-    return None
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

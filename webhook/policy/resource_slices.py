@@ -1,0 +1,83 @@
+"""ResourceSlices: the devices DRA drivers publish per node, and what their attributes say.
+
+Kubernetes semantics (resource.k8s.io). A slice names its ``driver`` and, for
+node-local devices, its ``nodeName``; each device has typed attributes
+(``{"string": …}``, ``{"version": …}``, ``{"int": …}``, ``{"bool": …}``) whose
+unqualified names belong to the driver's domain (``driverVersion`` is
+``gpu.nvidia.com/driverVersion``). v1beta1 nests them under ``basic``.
+NVIDIA's GPU driver publishes ``type``, ``productName``, ``driverVersion``,
+``cudaDriverVersion`` … (webhook.policy.device_classes cites the source).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.policy.cuda import DriverVersion
+from webhook.policy.device_classes import DeviceClassInfo
+from webhook.policy.view import ClusterView
+
+#: (node name, the device's attributes plus its slice's "driver")
+Device = tuple[str, Mapping[str, Any]]
+
+
+def devices(view: ClusterView) -> list[Device]:
+    """Every device of the view's ResourceSlices, with the node it is on ("" for network devices)."""
+    found: list[Device] = []
+    for obj in view.resource_slices():
+        spec = _map(obj.get("spec"))
+        node = str(spec.get("nodeName") or "")
+        driver = str(spec.get("driver") or "")
+        for device in spec.get("devices") or ():
+            raw = _map(device)
+            attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
+            found.append((node, {"driver": driver, **attributes}))
+    return found
+
+
+def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | None:
+    """A device attribute's value as text; unqualified names belong to the driver's domain."""
+    value = attributes.get(name, attributes.get(f"{domain}/{name}"))
+    if not isinstance(value, Mapping):
+        return None
+    for kind in ("string", "version", "int", "bool"):
+        if kind in value:
+            return str(value[kind])
+    return None
+
+
+def of_class(attributes: Mapping[str, Any], info: DeviceClassInfo) -> bool:
+    """Is this device one of the class's (its driver, and its ``type`` when the class names one)?"""
+    if attributes.get("driver") != info.driver:
+        return False
+    return not info.device_type or attribute(attributes, "type", info.driver) == info.device_type
+
+
+def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
+    """The most devices of this class one node publishes (1 when ResourceSlices are unknown)."""
+    if not view.availability("resourceslices").known:
+        return 1
+    per_node: dict[str, int] = {}
+    for node, attributes in devices(view):
+        if of_class(attributes, info):
+            per_node[node] = per_node.get(node, 0) + 1
+    return max(per_node.values(), default=1)
+
+
+def node_drivers(view: ClusterView, driver: str = "gpu.nvidia.com") -> dict[str, DriverVersion]:
+    """Node name → the GPU driver version its devices report (``driverVersion``), for CUDA checks
+    on nodes without GPU Feature Discovery labels. Nodes whose devices disagree get the oldest."""
+    found: dict[str, DriverVersion] = {}
+    if not view.availability("resourceslices").known:
+        return found
+    for node, attributes in devices(view):
+        text = attribute(attributes, "driverVersion", driver) if node and attributes.get("driver") == driver else None
+        version = DriverVersion.parse(text) if text else None
+        if version is not None and (node not in found or version < found[node]):
+            found[node] = version
+    return found
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
