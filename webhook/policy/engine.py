@@ -179,9 +179,11 @@ def _evaluate(
     targets = pod_targets(obj, paths)
     slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
     claims = _claims(policies, request, obj, targets, slots, view)
-    # a claim the view cannot resolve may be a GPU claim: validations look (warnings, fail-closed)
-    maybe = [phase == "validate" and c is not None and bool(c.unresolved or c.unknown) for c in claims]
-    if not any(slots) and not policies.looks_beyond_gpu_pods and not any(maybe):
+    # GPU claims make a GPU pod even when no container uses them (the pod holds the devices,
+    # on their node); a claim the view cannot resolve may be one: validations look at it
+    claimed = [c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown)))
+               for c in claims]
+    if not any(slots) and not policies.looks_beyond_gpu_pods and not any(claimed):
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
@@ -194,7 +196,7 @@ def _evaluate(
         if plan.by_namespace and not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
         for index, target in enumerate(targets):
-            if plan.gpu_only and not slots[index] and not maybe[index]:
+            if plan.gpu_only and not slots[index] and not claimed[index]:
                 continue
             ctx = contexts[index]
             if ctx is None:
