@@ -43,6 +43,8 @@ class PodClaims:
     unknown: tuple[str, ...] = ()  # why some claims could not be looked up (view unavailable)
     #: native ResourceQuota item → devices the pod's templates will claim (named claims were charged already)
     quota: dict[str, int] = field(default_factory=dict)
+    #: GPU models (GFD spelling) its GPU requests are confined to; None when one may get any model
+    models: frozenset[str] | None = None
 
     def total(self) -> dict[str, Decimal]:
         """Extended resource → devices over every claim of the pod."""
@@ -65,6 +67,7 @@ def resolve(
     unresolved: list[Unresolved] = []
     unknown: list[str] = []
     quota: dict[str, int] = {}
+    models: list[str | None] = []
     for claim in claims:
         resource: Resource = "resourceclaimtemplates" if claim.template else "resourceclaims"
         name = claim.template or claim.claim
@@ -85,10 +88,39 @@ def resolve(
         requests = request_counts(dra.requests_of(dra.claim_spec(found)), view, classes)
         if requests:
             counts[claim.name] = requests
+            models.extend(request_models(found, requests, view, classes))
         if claim.template:
             for key, n in quota_items(dra.requests_of(dra.claim_spec(found)), classes).items():
                 quota[key] = quota.get(key, 0) + n
-    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota)
+    confined = frozenset(m for m in models if m) if models and None not in models else None
+    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota, confined)
+
+
+def request_models(
+    claim: Mapping[str, Any], counts: Counts, view: ClusterView, classes: Mapping[str, DeviceClassInfo]
+) -> list[str | None]:
+    """The GPU model of each GPU request: its allocated device's, else the productName its selector pins."""
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    got = {str(r.get("request", "")).split("/")[0]: r for r in results if isinstance(r, Mapping)}
+    asks = {r.name: r for r in dra.requests_of(dra.claim_spec(claim))}
+    found: list[str | None] = []
+    for name in counts:
+        product = None
+        if name in got and view.availability("resourceslices").known:
+            product = next((d.text("productName") for d in resource_slices.allocated(view, [got[name]])), None)
+        if product is None and name in asks:
+            pinned = {dra.selected(a, "productName") for a in asks[name].alternatives if a.device_class in classes}
+            product = pinned.pop() if len(pinned) == 1 else None
+        # GPU Feature Discovery writes the product name with dashes for spaces (nvidia.com/gpu.product)
+        found.append(product.replace(" ", "-") if product else None)
+    return found
+
+
+def confine(models: frozenset[str] | None, claims: PodClaims | None) -> frozenset[str] | None:
+    """The models a pod can get: its node constraints' (``models``) narrowed by its claims'."""
+    if claims is None or claims.models is None:
+        return models
+    return claims.models if models is None else models & claims.models
 
 
 def request_counts(
@@ -129,18 +161,17 @@ def quota_items(requests: list[dra.ClaimRequest], classes: Mapping[str, DeviceCl
     return items
 
 
-def pod_gpus(
+def pod_usage(
     spec: Mapping[str, Any], namespace: str, view: ClusterView, classes: Mapping[str, DeviceClassInfo],
     is_gpu: gpu.ResourceMatcher,
-) -> dict[str, Decimal]:
-    """GPUs a pod of the view holds: its extended resources plus its claims' devices (quota usage)."""
+) -> tuple[dict[str, Decimal], PodClaims | None]:
+    """GPUs a pod of the view holds (its extended resources plus its claims' devices), and its claims."""
     total = gpu.pod_gpus(spec, is_gpu)
-    if "resourceClaims" in spec:
-        claims = resolve(spec, namespace, view, classes)
-        for name, n in (claims.total() if claims is not None else {}).items():
-            if is_gpu(name):
-                total[name] = total.get(name, Decimal(0)) + n
-    return total
+    claims = resolve(spec, namespace, view, classes) if "resourceClaims" in spec else None
+    for name, n in (claims.total() if claims is not None else {}).items():
+        if is_gpu(name):
+            total[name] = total.get(name, Decimal(0)) + n
+    return total, claims
 
 
 def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: gpu.Slots) -> gpu.Slots:

@@ -12,28 +12,45 @@ NVIDIA's GPU driver publishes ``type``, ``productName``, ``driverVersion``,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy.cuda import DriverVersion
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.view import ClusterView
 
-#: (node name, the device's attributes plus its slice's "driver")
-Device = tuple[str, Mapping[str, Any]]
+@dataclass(frozen=True)
+class Device:
+    """One published device: where it is and what its attributes say."""
+
+    node: str  # "" for devices not bound to one node
+    driver: str
+    pool: str
+    name: str
+    attributes: Mapping[str, Any]
+
+    def text(self, attribute_name: str) -> str | None:
+        return attribute(self.attributes, attribute_name, self.driver)
 
 
 def devices(view: ClusterView) -> list[Device]:
-    """Every device of the view's ResourceSlices, with the node it is on ("" for network devices)."""
+    """Every device of the view's ResourceSlices."""
     found: list[Device] = []
     for obj in view.resource_slices():
         spec = _map(obj.get("spec"))
-        node = str(spec.get("nodeName") or "")
-        driver = str(spec.get("driver") or "")
+        node, driver = str(spec.get("nodeName") or ""), str(spec.get("driver") or "")
+        pool = str(_map(spec.get("pool")).get("name") or "")
         for device in spec.get("devices") or ():
             raw = _map(device)
             attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
-            found.append((node, {"driver": driver, **attributes}))
+            found.append(Device(node, driver, pool, str(raw.get("name") or ""), attributes))
     return found
+
+
+def allocated(view: ClusterView, results: list[Any]) -> list[Device]:
+    """The devices a claim's ``status.allocation.devices.results`` name (those the view has)."""
+    wanted = {(str(_map(r).get("driver")), str(_map(r).get("pool")), str(_map(r).get("device"))) for r in results}
+    return [d for d in devices(view) if (d.driver, d.pool, d.name) in wanted]
 
 
 def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | None:
@@ -47,11 +64,11 @@ def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | No
     return None
 
 
-def of_class(attributes: Mapping[str, Any], info: DeviceClassInfo) -> bool:
+def of_class(device: Device, info: DeviceClassInfo) -> bool:
     """Is this device one of the class's (its driver, and its ``type`` when the class names one)?"""
-    if attributes.get("driver") != info.driver:
+    if device.driver != info.driver:
         return False
-    return not info.device_type or attribute(attributes, "type", info.driver) == info.device_type
+    return not info.device_type or device.text("type") == info.device_type
 
 
 def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
@@ -59,9 +76,9 @@ def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
     if not view.availability("resourceslices").known:
         return 1
     per_node: dict[str, int] = {}
-    for node, attributes in devices(view):
-        if of_class(attributes, info):
-            per_node[node] = per_node.get(node, 0) + 1
+    for device in devices(view):
+        if of_class(device, info):
+            per_node[device.node] = per_node.get(device.node, 0) + 1
     return max(per_node.values(), default=1)
 
 
@@ -71,11 +88,11 @@ def node_drivers(view: ClusterView, driver: str = "gpu.nvidia.com") -> dict[str,
     found: dict[str, DriverVersion] = {}
     if not view.availability("resourceslices").known:
         return found
-    for node, attributes in devices(view):
-        text = attribute(attributes, "driverVersion", driver) if node and attributes.get("driver") == driver else None
+    for device in devices(view):
+        text = device.text("driverVersion") if device.node and device.driver == driver else None
         version = DriverVersion.parse(text) if text else None
-        if version is not None and (node not in found or version < found[node]):
-            found[node] = version
+        if version is not None and (device.node not in found or version < found[device.node]):
+            found[device.node] = version
     return found
 
 

@@ -40,7 +40,7 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
     asks = ctx.pod_gpus()  # extended resources and DRA claims' devices
     if not any(asks.values()):
         return
-    me = _Pod(ctx.request.namespace, scheduling.label_values(ctx.spec, cfg.modelLabel),
+    me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
               str(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
@@ -127,10 +127,11 @@ def _running_pods(
         spec, status = _map(pod.get("spec")), _map(pod.get("status"))
         if status.get("phase") in ("Succeeded", "Failed"):
             continue
+        gpus, claims = claim_gpus.pod_usage(spec, pod_namespace, ctx.view, ctx.device_classes, ctx.is_gpu)
         models = None
         if with_models:
-            models = models_of.get(str(spec.get("nodeName") or "")) or scheduling.label_values(spec, cfg.modelLabel)
-        gpus = claim_gpus.pod_gpus(spec, pod_namespace, ctx.view, ctx.device_classes, ctx.is_gpu)
+            models = models_of.get(str(spec.get("nodeName") or "")) or claim_gpus.confine(
+                scheduling.label_values(spec, cfg.modelLabel), claims)
         yield _Pod(pod_namespace, models, str(spec.get("priorityClassName") or ""), gpus)
 
 
