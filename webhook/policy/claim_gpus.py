@@ -45,6 +45,8 @@ class PodClaims:
     quota: dict[str, int] = field(default_factory=dict)
     #: GPU models (GFD spelling) its GPU requests are confined to; None when one may get any model
     models: frozenset[str] | None = None
+    #: device class → devices its claims take (one node must have them all)
+    per_class: dict[str, int] = field(default_factory=dict)
 
     def total(self) -> dict[str, Decimal]:
         """Extended resource → devices over every claim of the pod."""
@@ -68,6 +70,7 @@ def resolve(
     unknown: list[str] = []
     quota: dict[str, int] = {}
     models: list[str | None] = []
+    per_class: dict[str, int] = {}
     for claim in claims:
         resource: Resource = "resourceclaimtemplates" if claim.template else "resourceclaims"
         name = claim.template or claim.claim
@@ -89,11 +92,13 @@ def resolve(
         if requests:
             counts[claim.name] = requests
             models.extend(request_models(found, requests, view, classes))
-        if claim.template:
-            for key, n in quota_items(dra.requests_of(dra.claim_spec(found)), classes).items():
+        for key, n in quota_items(dra.requests_of(dra.claim_spec(found)), classes).items():
+            device_class = key[: -len(QUOTA_SUFFIX)]
+            per_class[device_class] = per_class.get(device_class, 0) + n
+            if claim.template:
                 quota[key] = quota.get(key, 0) + n
     confined = frozenset(m for m in models if m) if models and None not in models else None
-    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota, confined)
+    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota, confined, per_class)
 
 
 def request_models(

@@ -51,3 +51,6 @@ class DraClaimsRule(ClusterRuleBase):
     unresolved: Severity = Field(
         default="warn", description="a pod naming a claim or template the cluster does not have"
     )
+    nodeCapacity: bool = Field(
+        default=True, description="deny a pod claiming more devices of a class than any node publishes"
+    )

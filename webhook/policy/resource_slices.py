@@ -75,11 +75,16 @@ def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
     """The most devices of this class one node publishes (1 when ResourceSlices are unknown)."""
     if not view.availability("resourceslices").known:
         return 1
+    return max(1, largest_node(view, info)[0])
+
+
+def largest_node(view: ClusterView, info: DeviceClassInfo) -> tuple[int, str]:
+    """(devices, node) of the node publishing the most devices of this class; (0, "") when none does."""
     per_node: dict[str, int] = {}
     for device in devices(view):
-        if of_class(device, info):
+        if device.node and of_class(device, info):
             per_node[device.node] = per_node.get(device.node, 0) + 1
-    return max(per_node.values(), default=1)
+    return max(((n, node) for node, n in per_node.items()), default=(0, ""))
 
 
 def node_drivers(view: ClusterView, driver: str = "gpu.nvidia.com") -> dict[str, DriverVersion]:

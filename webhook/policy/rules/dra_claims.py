@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from webhook.policy import dra, match, mig, severity
+from webhook.policy import dra, match, mig, resource_slices, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.device_classes import DeviceClassInfo
@@ -41,6 +41,20 @@ def run(ctx: RuleContext, cfg: DraClaimsRule) -> None:
         path = pointer(ctx.spec_path("resourceClaims", missing.claim.index))
         severity.report(ctx, cfg.unresolved, f"{ctx.where()}: claim {missing.claim.name!r}: {missing.reason}; "
                         "the pod would stay Pending", path)
+    if cfg.nodeCapacity and claims.per_class and ctx.view.availability("resourceslices").known:
+        _check_node_capacity(ctx, claims.per_class)
+
+
+def _check_node_capacity(ctx: RuleContext, per_class: Mapping[str, int]) -> None:
+    """A pod's claims are allocated on its one node: more devices of a class than any node has never fit."""
+    for device_class, count in sorted(per_class.items()):
+        info = ctx.device_classes.get(device_class)
+        largest, node = resource_slices.largest_node(ctx.view, info) if info is not None else (0, "")
+        # no node publishes any: a driver or an autoscaler may still bring some, so say nothing
+        if largest and count > largest:
+            ctx.report(f"{ctx.where()}: claims {count} {device_class} devices in one pod, more than any node "
+                       f"publishes (largest: {largest} on {node}); split the work across pods",
+                       pointer(ctx.spec_path("resourceClaims")))
 
 
 @dataclass
