@@ -175,3 +175,28 @@ def test_allocation_mode_all_counts_the_largest_node() -> None:
     assert "asks for 8 nvidia.com/gpu in one pod" in decision.message()  # node a's 8 GPUs, its MIG device aside
     without_slices = engine.evaluate(POLICY, Request.for_object(pod), SnapshotView.from_objects([template]), "validate")
     assert without_slices.allowed  # unknown: counted as 1
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.sampled_from(["All", "gpu.nvidia.com", "x", ""]),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["name", "exactly", "firstAvailable", "deviceClassName", "count",
+                                         "allocationMode", "adminAccess", "selectors", "cel", "expression",
+                                         "requests", "devices", "spec"]), inner, max_size=4),
+                    max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=JSON, claims=JSON)
+def test_malformed_claims_and_pods_never_break_the_engine(spec: Any, claims: Any) -> None:
+    """Whatever shape a claim or a pod's resourceClaims has (an API server in front, or the audit CLI
+    reading any file), the engine answers; it never raises."""
+    policies = shipped_policies()
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "t", "namespace": "ml"}, "spec": {"spec": spec}}
+    view = SnapshotView.from_objects([template])
+    for phase in ("mutate", "validate"):
+        engine.evaluate(policies, Request.for_object(template), view, phase)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+               "spec": {"containers": [{"name": "c", "image": "x", "resources": {"claims": claims}}],
+                        "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "t"}, claims]}}
+        engine.evaluate(policies, Request.for_object(pod), view, phase)

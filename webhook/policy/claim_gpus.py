@@ -65,40 +65,61 @@ def resolve(
     claims = dra.pod_claims(spec)
     if not claims:
         return None
-    counts: dict[str, Counts] = {}
-    unresolved: list[Unresolved] = []
-    unknown: list[str] = []
-    quota: dict[str, int] = {}
-    models: list[str | None] = []
-    per_class: dict[str, int] = {}
+    found = _Resolution(namespace, view, classes)
     for claim in claims:
-        resource: Resource = "resourceclaimtemplates" if claim.template else "resourceclaims"
         name = claim.template or claim.claim
         if not name:
             continue
-        found = (view.resource_claim_template(namespace, name) if claim.template
-                 else view.resource_claim(namespace, name))
-        if found is None:
-            # absent proves something only where the view knows every one (an audit's
-            # manifests may hold some templates and leave others to the cluster)
-            availability = view.availability(resource)
-            if availability.known:
-                kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
-                unresolved.append(Unresolved(claim, f"{kind} {namespace}/{name} does not exist"))
-            else:
-                unknown.append(availability.reason)
-            continue
-        requests = request_counts(dra.requests_of(dra.claim_spec(found)), view, classes)
-        if requests:
-            counts[claim.name] = requests
-            models.extend(request_models(found, requests, view, classes))
-        for key, n in quota_items(dra.requests_of(dra.claim_spec(found)), classes).items():
+        obj = view.resource_claim_template(namespace, name) if claim.template else view.resource_claim(namespace, name)
+        if obj is None:
+            found.missing(claim, name)
+        else:
+            found.add(claim, obj)
+    return found.result()
+
+
+@dataclass
+class _Resolution:
+    """What :func:`resolve` has found so far."""
+
+    namespace: str
+    view: ClusterView
+    classes: Mapping[str, DeviceClassInfo]
+    counts: dict[str, Counts] = field(default_factory=dict)
+    unresolved: list[Unresolved] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    quota: dict[str, int] = field(default_factory=dict)
+    models: list[str | None] = field(default_factory=list)
+    per_class: dict[str, int] = field(default_factory=dict)
+
+    def add(self, claim: dra.PodClaim, obj: Mapping[str, Any]) -> None:
+        requests = dra.requests_of(dra.claim_spec(obj))
+        counts = request_counts(requests, self.view, self.classes)
+        if counts:
+            self.counts[claim.name] = counts
+            self.models.extend(request_models(obj, counts, self.view, self.classes))
+        for key, n in quota_items(requests, self.classes).items():
             device_class = key[: -len(QUOTA_SUFFIX)]
-            per_class[device_class] = per_class.get(device_class, 0) + n
-            if claim.template:
-                quota[key] = quota.get(key, 0) + n
-    confined = frozenset(m for m in models if m) if models and None not in models else None
-    return PodClaims(counts, tuple(unresolved), tuple(dict.fromkeys(unknown)), quota, confined, per_class)
+            self.per_class[device_class] = self.per_class.get(device_class, 0) + n
+            if claim.template:  # a named claim was charged when it was created
+                self.quota[key] = self.quota.get(key, 0) + n
+
+    def missing(self, claim: dra.PodClaim, name: str) -> None:
+        # absent proves something only where the view knows every one (an audit's
+        # manifests may hold some templates and leave others to the cluster)
+        resource: Resource = "resourceclaimtemplates" if claim.template else "resourceclaims"
+        availability = self.view.availability(resource)
+        if availability.known:
+            kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
+            self.unresolved.append(Unresolved(claim, f"{kind} {self.namespace}/{name} does not exist"))
+        else:
+            self.unknown.append(availability.reason)
+
+    def result(self) -> PodClaims:
+        models = self.models
+        confined = frozenset(m for m in models if m) if models and None not in models else None
+        return PodClaims(self.counts, tuple(self.unresolved), tuple(dict.fromkeys(self.unknown)), self.quota,
+                         confined, self.per_class)
 
 
 def request_models(
