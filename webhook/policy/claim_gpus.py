@@ -13,12 +13,12 @@ class any one node publishes in its ResourceSlices (1 when they are unknown).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import dra, gpu, resource_slices
+from webhook.policy import device_classes, dra, gpu, resource_slices
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.view import ClusterView, Resource
 
@@ -56,6 +56,32 @@ class PodClaims:
                 for name, n in counts.items():
                     total[name] = total.get(name, Decimal(0)) + n
         return total
+
+
+class ClusterClasses(Mapping[str, DeviceClassInfo]):
+    """The policies' GPU device classes, plus the cluster's own classes that select the same devices
+    (webhook.policy.device_classes.derive); looked up in the view when asked, once per name."""
+
+    def __init__(self, table: Mapping[str, DeviceClassInfo], view: ClusterView) -> None:
+        self._table, self._view = table, view
+        self._derived: dict[str, DeviceClassInfo | None] = {}
+
+    def __getitem__(self, name: str) -> DeviceClassInfo:
+        info = self._table.get(name)
+        if info is None:
+            if name not in self._derived:
+                obj = self._view.device_class(name) if self._view.availability("deviceclasses").known else None
+                self._derived[name] = device_classes.derive(obj, self._table) if obj is not None else None
+            info = self._derived[name]
+        if info is None:
+            raise KeyError(name)
+        return info
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
 
 
 def resolve(

@@ -25,8 +25,10 @@ and for MIG ``profile`` and ``parentUUID``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from webhook.policy import mig
 
@@ -67,3 +69,31 @@ DEFAULT_DEVICE_CLASSES: tuple[DeviceClassInfo, ...] = (
 def table(extra: Iterable[DeviceClassInfo] = ()) -> dict[str, DeviceClassInfo]:
     """Class name → info; entries given later override the defaults."""
     return {c.name: c for c in (*DEFAULT_DEVICE_CLASSES, *extra)}
+
+
+_DRIVER = re.compile(r"""device\.driver\s*==\s*['"]([^'"]+)['"]""")
+_TYPE = re.compile(r"""device\.attributes\[\s*['"]([^'"]+)['"]\s*\]\.type\s*==\s*['"]([^'"]+)['"]""")
+
+
+def derive(device_class: Mapping[str, Any], known: Mapping[str, DeviceClassInfo]) -> DeviceClassInfo | None:
+    """A cluster's own DeviceClass (say ``h100.nvidia.com``, a cost or performance tier an admin
+    defines) that selects the devices of a known GPU class: its selectors name that class's
+    driver (and ``type``), or it declares that class's ``extendedResourceName``."""
+    name = str((device_class.get("metadata") or {}).get("name") or "")
+    raw = device_class.get("spec")
+    spec: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    text = " && ".join(
+        str(((s or {}).get("cel") or {}).get("expression") or "") for s in spec.get("selectors") or ()
+        if isinstance(s, Mapping)
+    )
+    driver = _DRIVER.search(text)
+    if driver is not None:
+        types = {t for domain, t in _TYPE.findall(text) if domain == driver.group(1)}
+        for info in known.values():
+            if info.driver == driver.group(1) and (not types or info.device_type in types or not info.device_type):
+                return replace(info, name=name)
+    extended = spec.get("extendedResourceName")
+    for info in known.values():
+        if extended and info.resource == extended:
+            return replace(info, name=name)
+    return None

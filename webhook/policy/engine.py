@@ -90,7 +90,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a claim has no pod spec: only its own validations apply
         if phase != "validate":
             return ALLOW
-        decision = dra_claims.judge(policies, request, namespace_labels(view, request.namespace))
+        decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace))
     else:
         decision = _evaluate(policies, request, obj, paths, view, phase)
     if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
@@ -205,7 +205,7 @@ def _evaluate(
                     request, view, phase, policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
                     builder.owned(target.spec_path), policies.classifier, slots[index],
                 )
-                ctx.claims, ctx.device_classes = claims[index], policies.device_classes
+                ctx.claims, ctx.device_classes = claims[index], claim_gpus.ClusterClasses(policies.device_classes, view)
             if plan.by_class:
                 workload_class = ctx.workload_class
                 if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
@@ -231,10 +231,12 @@ def _claims(
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
     found: list[claim_gpus.PodClaims | None] = [None] * len(targets)
+    classes = None
     for index, target in enumerate(targets):
         spec = _get(obj, target.spec_path)
         if "resourceClaims" in spec:
-            found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, policies.device_classes)
+            classes = classes or claim_gpus.ClusterClasses(policies.device_classes, view)
+            found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
             if resolved is not None:
                 slots[index] = claim_gpus.container_slots(spec, resolved, slots[index])
     return found

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from webhook.policy import dra, match, mig, resource_slices, severity
+from webhook.policy import claim_gpus, dra, match, mig, resource_slices, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.device_classes import DeviceClassInfo
@@ -26,6 +26,7 @@ from webhook.policy.loader import PolicySet
 from webhook.policy.patch import pointer
 from webhook.policy.request import Request
 from webhook.policy.validation_settings import Severity
+from webhook.policy.view import ClusterView
 
 PHASES = ("validate",)
 RULE = "draClaims"
@@ -72,7 +73,7 @@ class _Claim:
             self.findings.append(Finding(self.policy, RULE, mode, f"{self.subject} {message}", path))
 
 
-def judge(policies: PolicySet, request: Request, ns_labels: Mapping[str, str]) -> Decision:
+def judge(policies: PolicySet, request: Request, view: ClusterView, ns_labels: Mapping[str, str]) -> Decision:
     """Validate a ResourceClaim or ResourceClaimTemplate under every policy with a draClaims rule."""
     obj = request.object or {}
     base = "spec.spec" if request.kind == "ResourceClaimTemplate" else "spec"
@@ -85,7 +86,7 @@ def judge(policies: PolicySet, request: Request, ns_labels: Mapping[str, str]) -
         if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
-        _check(claim, requests, policies.device_classes, request.namespace, ns_labels)
+        _check(claim, requests, claim_gpus.ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
         findings.extend(claim.findings)
     allowed = not any(f.mode == "enforce" for f in findings)
     warnings = tuple(f.text() for f in findings if f.mode == "warn")
