@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import Backoff, ClusterIndex
-from webhook.policy.view import KNOWN
+from webhook.policy.view import KNOWN, RESOURCES
 
 from . import builders
 from .conftest import FAST, MakeIndex
@@ -69,7 +69,7 @@ async def test_stop_is_prompt_even_mid_watch_and_mid_backoff(api: FakeApiServer,
     slow = dataclasses.replace(FAST, watch_timeout=300, backoff=Backoff(initial=60, cap=60))
     watching = await make_index(settings=slow)
     assert await watching.wait_synced(5)
-    await eventually(lambda: api.open_watches() == 6, what="six open watches")
+    await eventually(lambda: api.open_watches() == len(RESOURCES), what="a watch open per resource")
     api.fail_next(10_000, path_contains="/api/v1/nodes")
     backing_off = await make_index(resources=["nodes"], settings=slow)
     await eventually(lambda: backing_off.state("nodes").watch_errors == 1, what="in a 60 s backoff")

@@ -106,6 +106,52 @@ def _set_resources(request: dict[str, Any], resources: Any, init: bool = False) 
     return request
 
 
+def _claims(request: dict[str, Any], claims: list[Any] | None = None) -> dict[str, Any]:
+    """The pod asks for its GPU as NVIDIA's DRA demo pods do: a claim from a template."""
+    spec = request["object"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}] if claims is None else claims
+    for container in spec["containers"]:
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    return request
+
+
+def _claim_request(kind: str, version: str = "v1", owner: str | None = None) -> dict[str, Any]:
+    """A CREATE of a ResourceClaim or ResourceClaimTemplate, built from the pod request's envelope."""
+    request = copy.deepcopy(_corpus("001_validate_create_pods_.json"))
+    plural = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
+    for key in ("kind", "requestKind"):
+        request[key] = {"group": "resource.k8s.io", "version": version, "kind": kind}
+    for key in ("resource", "requestResource"):
+        request[key] = {"group": "resource.k8s.io", "version": version, "resource": plural}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    request["object"] = {"apiVersion": f"resource.k8s.io/{version}", "kind": kind,
+                         "metadata": {"name": "gpu", "namespace": request["namespace"]},
+                         "spec": {"spec": spec} if kind == "ResourceClaimTemplate" else spec}
+    if owner:  # the resourceclaim controller's claim for a pod
+        request["object"]["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": owner, "name": "p", "uid": "u", "controller": True}]
+    return request
+
+
+# (kind, version, owner, sent to the validating webhook?) — the mutating one never sees claims
+CLAIM_CASES = [
+    ("ResourceClaim", "v1", None, True),
+    ("ResourceClaimTemplate", "v1", None, True),
+    ("ResourceClaimTemplate", "v1beta1", None, True),  # every served version
+    ("ResourceClaim", "v1beta2", None, True),
+    ("ResourceClaim", "v1", "Pod", False),  # generated from a template the webhook saw
+]
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+@pytest.mark.parametrize("kind,version,owner,expected", CLAIM_CASES,
+                         ids=[f"{k} {v} {o or 'unowned'}" for k, v, o, _ in CLAIM_CASES])
+def test_dra_claims_reach_the_validating_webhook_only(hook: dict[str, Any], kind: str, version: str,
+                                                      owner: str | None, expected: bool) -> None:
+    validating = hook["name"].startswith("validate.")
+    assert _sent(hook, _claim_request(kind, version, owner)) is (expected and validating)
+
+
 def _owned(request: dict[str, Any], kind: str, controller: bool | None) -> dict[str, Any]:
     ref: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "name": "owner",
                            "uid": "7b0c7a4e-0000-4000-8000-000000000001"}
@@ -185,6 +231,10 @@ POD_VARIANTS = [
     ("HAMi memory", lambda r: _set_resources(r, {"limits": {"nvidia.com/gpumem": "4000"}}), True),
     ("GPU in an init container only", lambda r: _set_resources(r, None, init=True), True),
     ("no containers at all", lambda r: (r["object"]["spec"].pop("containers"), r)[1], False),
+    # NVIDIA's DRA quickstart pods (corpus/manifests/NVIDIA__k8s-dra-driver__demo__specs__quickstart__*):
+    # no GPU resource name anywhere, the GPU comes through a claim
+    ("DRA claim, no resources", lambda r: _claims(_set_resources(r, None)), True),
+    ("DRA claim, empty list", lambda r: _claims(_set_resources(r, None), []), False),
     ("owned GPU pod", lambda r: _owned(r, "ReplicaSet", True), True),
 ]
 

@@ -1,4 +1,4 @@
-"""The server may only read its six indexed resources; the certificate Job
+"""The server may only read the resources its cluster index watches; the certificate Job
 may only touch its own Secret and the two webhook configurations."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ READ = ["get", "list", "watch"]
 SERVER_READS = {
     ("", "nodes"), ("", "namespaces"), ("", "pods"), ("", "resourcequotas"),
     ("scheduling.k8s.io", "priorityclasses"), ("node.k8s.io", "runtimeclasses"),
+    ("resource.k8s.io", "deviceclasses"), ("resource.k8s.io", "resourceclaimtemplates"),
+    ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceslices"),
 }
 
 
@@ -51,6 +53,13 @@ def test_server_role_reads_exactly_the_indexed_resources() -> None:
     for (group, resource, names), verbs in grants.items():
         assert sorted(verbs) == READ, f"{group}/{resource}: {sorted(verbs)}"
         assert not names
+
+
+def test_the_role_covers_what_the_index_watches() -> None:
+    from webhook.cluster.kinds import KINDS
+
+    watched = {(k.api_version.rpartition("/")[0], k.resource) for k in KINDS.values()}
+    assert watched == SERVER_READS
 
 
 def test_server_account_has_that_role_and_nothing_else() -> None:

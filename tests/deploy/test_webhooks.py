@@ -34,6 +34,8 @@ COVERED: dict[tuple[str, str], set[str]] = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"*"},
     ("serving.kserve.io", "inferenceservices"): {"*"},
 }
+#: DRA claims: validated where they are written; nothing about them is mutated
+CLAIMS: dict[tuple[str, str], set[str]] = {("resource.k8s.io", r): {"*"} for r in ("resourceclaims", "resourceclaimtemplates")}
 
 
 def test_every_shipped_workload_kind_reaches_both_webhooks() -> None:
@@ -124,13 +126,17 @@ def test_rules_cover_exactly_the_policy_resources(kind: str, hook: dict[str, Any
                 assert "*" not in resource and "/" not in resource, \
                     f"{resource}: no wildcards, no subresources"
                 covered.setdefault((group, resource), set()).update(rule["apiVersions"])
-    assert covered == COVERED
+    assert covered == (COVERED if kind == "mutating" else {**COVERED, **CLAIMS})
 
 
 def test_both_webhooks_select_the_same_requests() -> None:
     mutate, validate = MUTATING["webhooks"][0], VALIDATING["webhooks"][0]
-    for field in ("rules", "namespaceSelector", "matchConditions", "matchPolicy"):
+    for field in ("namespaceSelector", "matchConditions", "matchPolicy"):
         assert mutate[field] == validate[field], field
+    # the same rules, but for the claims only the validating webhook looks at
+    claim_rules = [r for r in validate["rules"] if r["apiGroups"] == ["resource.k8s.io"]]
+    assert [r for r in validate["rules"] if r not in claim_rules] == mutate["rules"]
+    assert len(claim_rules) == 1
 
 
 @pytest.mark.parametrize("kind,hook", WEBHOOKS, ids=IDS)

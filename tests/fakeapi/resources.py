@@ -50,6 +50,10 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("cronjobs", "CronJob", "batch", namespaced=True),
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io"),
     ResourceType("runtimeclasses", "RuntimeClass", "node.k8s.io"),
+    ResourceType("deviceclasses", "DeviceClass", "resource.k8s.io"),
+    ResourceType("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", namespaced=True),
+    ResourceType("resourceclaims", "ResourceClaim", "resource.k8s.io", namespaced=True),
+    ResourceType("resourceslices", "ResourceSlice", "resource.k8s.io"),
     ResourceType(
         "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "admissionregistration.k8s.io"
     ),

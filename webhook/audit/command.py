@@ -102,6 +102,11 @@ def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[
     notes: list[str] = []
     progress = Progress(stderr, 0, enabled=stderr.isatty())
     view, documents = _sources(args, policies, stdin, notes, progress)
+    if isinstance(view, SnapshotView) and args.paths:
+        # DRA: a pod and the ResourceClaimTemplate it names often come in one stream
+        items = list(documents)
+        view = view.with_objects(d.obj for d in items if isinstance(d, Document))
+        documents = iter(items)
     resolving = flags.settings(args, budget=60.0)
     if resolving is not None:
         documents, view = _resolve_images(documents, view, resolving)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from webhook.audit.inputs import Document
 from webhook.policy import engine, gpu, loader, match
 from webhook.policy.decision import Decision, Finding
+from webhook.policy.dra import is_claim
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import pod_targets
@@ -73,7 +74,7 @@ def judge(policies: loader.PolicySet, view: ClusterView, document: Document, nam
     if isinstance(meta, dict) and meta.get("namespace"):
         namespace = None  # the object's own namespace wins, as with kubectl apply -n
     request = Request.for_object(obj, namespace=namespace)
-    if (request.group, request.kind) not in policies.kinds:
+    if (request.group, request.kind) not in policies.kinds and not is_claim(request.group, request.kind):
         return None
     mutation = engine.evaluate(policies, request, view, "mutate")
     patched = mutation.patched if mutation.patch else obj

@@ -175,9 +175,24 @@ class ClusterIndex:
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         return self._aggregates.gpu_usage(model_label, team_labels)
 
+    def claim_pods(self) -> Iterable[Object]:
+        return self._aggregates.claim_pods()
+
     def image_config(self, image: str) -> None:
         """Image configs come from the registry resolver (webhook.registry), which wraps this view."""
         return None
+
+    def device_class(self, name: str) -> Object | None:
+        return self._snapshot("deviceclasses").get(CLUSTER, name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        return self._snapshot("resourceclaimtemplates").get(namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        return self._snapshot("resourceclaims").get(namespace, name)
+
+    def resource_slices(self) -> Collection[Object]:
+        return self._snapshot("resourceslices").in_namespace(CLUSTER)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,21 @@ KINDS: Mapping[Resource, Kind] = MappingProxyType(
         "runtimeclasses": Kind(
             "runtimeclasses", "RuntimeClass", "node.k8s.io/v1", "NodeV1Api", "list_runtime_class"
         ),
+        # Dynamic Resource Allocation (resource.k8s.io/v1, served from Kubernetes 1.34)
+        "deviceclasses": Kind(
+            "deviceclasses", "DeviceClass", "resource.k8s.io/v1", "ResourceV1Api", "list_device_class"
+        ),
+        "resourceclaimtemplates": Kind(
+            "resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io/v1", "ResourceV1Api",
+            "list_resource_claim_template_for_all_namespaces",
+        ),
+        "resourceclaims": Kind(
+            "resourceclaims", "ResourceClaim", "resource.k8s.io/v1", "ResourceV1Api",
+            "list_resource_claim_for_all_namespaces",
+        ),
+        "resourceslices": Kind(
+            "resourceslices", "ResourceSlice", "resource.k8s.io/v1", "ResourceV1Api", "list_resource_slice"
+        ),
     }
 )
 
@@ -82,4 +97,9 @@ def _slim(obj: pods.Raw, kind: Kind) -> pods.Raw:
         status = obj.get("status") or {}
         for name in _NODE_STATUS_DROPPED:
             status.pop(name, None)
+    elif kind.resource == "resourceclaims":
+        # what rules read: the requests, and which devices were allocated (not the
+        # reservedFor list, which can name thousands of pods of a shared claim)
+        status = obj.get("status") or {}
+        obj["status"] = {"allocation": status["allocation"]} if status.get("allocation") else {}
     return obj

@@ -23,7 +23,8 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 # deletionTimestamp: quota usage skips pods on their way out
 _METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
-_SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName")
+# resourceClaims: pods that get GPUs through DRA claims
+_SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "resourceClaims")
 
 
 def is_gpu_resource(name: str) -> bool:
@@ -61,6 +62,11 @@ def trim_pod(pod: Mapping[str, Any]) -> Raw:
     return trimmed
 
 
+def uses_claims(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod names DRA claims (which may hand it GPUs: the policy core resolves them)."""
+    return bool((pod.get("spec") or {}).get("resourceClaims"))
+
+
 def _containers(containers: Iterable[Mapping[str, Any]]) -> list[Raw]:
     # restartPolicy marks native sidecars, which count beside the app containers
     return [
@@ -73,6 +79,6 @@ def gpu_pod_shaper(is_gpu: ResourcePredicate) -> Callable[[Raw], Raw | None]:
     """Trim GPU pods; drop (None) every other pod."""
 
     def shape(pod: Raw) -> Raw | None:
-        return trim_pod(pod) if requests_gpu(pod, is_gpu) else None
+        return trim_pod(pod) if requests_gpu(pod, is_gpu) or uses_claims(pod) else None
 
     return shape

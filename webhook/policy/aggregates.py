@@ -44,6 +44,11 @@ def _node_of(pod: Object) -> str:
     return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
 
 
+def _uses_claims(pod: Object) -> bool:
+    spec = pod.get("spec")
+    return isinstance(spec, Mapping) and bool(spec.get("resourceClaims"))
+
+
 def _namespace_labels(namespace: Object) -> dict[str, str]:
     meta = namespace.get("metadata")
     raw = meta.get("labels") if isinstance(meta, Mapping) else None
@@ -59,6 +64,9 @@ class Aggregates:
         #: pods by (namespace, name); a snapshot file may repeat a name, and then all count
         self._pods: dict[PodKey, tuple[Object, ...]] = {}
         self._on_node: dict[str, set[PodKey]] = {}
+        #: pods asking for DRA claims: their devices depend on claims, templates and
+        #: device classes that change on their own, so quotas count them when asked
+        self._claim_pods: dict[PodKey, tuple[Object, ...]] = {}
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._groups = NodeGroups()
         self._usage: dict[str, GpuUsage] = {}
@@ -67,6 +75,10 @@ class Aggregates:
 
     def node_groups(self) -> tuple[NodeGroup, ...]:
         return self._groups.groups
+
+    def claim_pods(self) -> tuple[Object, ...]:
+        """The pods that name resourceClaims (few, on most clusters), each object once."""
+        return tuple(pod for same in list(self._claim_pods.values()) for pod in same)
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         """The sums for ``model_label``, with sums per team for each of ``team_labels``.
@@ -145,6 +157,7 @@ class Aggregates:
             for key, same in self._pods.items():
                 for pod in same:
                     self._on_node.setdefault(_node_of(pod), set()).add(key)
+            self._claim_pods = {key: same for key, same in self._pods.items() if any(map(_uses_claims, same))}
             for usage in self._usage.values():
                 usage.rebuild(self._shares(usage))
 
@@ -161,6 +174,10 @@ class Aggregates:
                 self._on_node.setdefault(_node_of(pod), set()).add(key)
         else:
             self._pods.pop(key, None)
+        if any(map(_uses_claims, pods)):
+            self._claim_pods[key] = pods
+        else:
+            self._claim_pods.pop(key, None)
         for usage in self._usage.values():
             usage.set(key, self._share(usage, key))
 

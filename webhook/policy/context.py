@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from webhook.policy import gpu, match, schema
+from webhook.policy.claim_gpus import PodClaims
+from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.decision import Change, Finding
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
@@ -41,6 +44,10 @@ class RuleContext:
     classes: match.Classifier = match.Classifier(())
     slots: gpu.Slots = field(default_factory=dict)
     _workload_class: str | None = None
+    #: the pod spec's DRA claims as resolved through the view (None: it names none)
+    claims: PodClaims | None = None
+    #: DRA device classes of GPUs (the policy set's table)
+    device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
 
     @property
     def workload_class(self) -> str:
@@ -70,6 +77,19 @@ class RuleContext:
         for list_name, index in self.slots:  # in the pod's order: init containers first
             refs.append(gpu.ContainerRef(list_name, index, spec[list_name][index]))
         return refs
+
+    def pod_gpus(self) -> dict[str, Decimal]:
+        """GPUs the pod needs per resource name: extended resources plus its DRA claims' devices."""
+        total = gpu.pod_gpus(self.spec, self.is_gpu)
+        if self.claims is not None:
+            for name, count in self.claims.total().items():
+                if self.is_gpu(name):
+                    total[name] = total.get(name, Decimal(0)) + count
+        return total
+
+    def extended_slots(self) -> gpu.Slots:
+        """The slots of extended resources only (what node labels and allocatable speak of), without DRA claims."""
+        return self.slots if self.claims is None else gpu.gpu_slots(self.spec, self.is_gpu)
 
     def gpu_names(self, ref: gpu.ContainerRef) -> frozenset[str]:
         """GPU resource names a container mentions (empty for non-GPU containers)."""

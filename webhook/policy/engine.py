@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from webhook.policy import gpu, match, schema
+from webhook.policy import claim_gpus, dra, gpu, match, schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
@@ -19,6 +19,7 @@ from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
+    dra_claims,
     gpu_visibility,
     node_affinity,
     notebook_lifetime,
@@ -65,6 +66,7 @@ RULES: tuple[_Rule, ...] = (
     # validations (issue #5); cudaDriver last: its steering sees the pod as
     # the other mutations left it
     _rule("resourceShape", resource_shape),
+    _rule("draClaims", dra_claims),
     _rule("quota", quota),
     _rule("cudaDriver", cuda_driver),
 )
@@ -79,11 +81,18 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a running pod's spec is immutable: nothing to patch, nothing newly wrong
         return ALLOW
     paths = policies.kinds.get((request.group, request.kind))
+    claim = dra.is_claim(request.group, request.kind)
     metadata = obj.get("metadata")
-    if paths is None or (type(metadata) is dict and metadata.get("deletionTimestamp")):
+    if (paths is None and not claim) or (type(metadata) is dict and metadata.get("deletionTimestamp")):
         # being deleted: only finalizers may change, and they must be able to
         return ALLOW
-    decision = _evaluate(policies, request, obj, paths, view, phase)
+    if claim:
+        # a claim has no pod spec: only its own validations apply
+        if phase != "validate":
+            return ALLOW
+        decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace))
+    else:
+        decision = _evaluate(policies, request, obj, paths, view, phase)
     if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
         return _forgive_preexisting(policies, request, view, decision)
     return decision
@@ -169,7 +178,12 @@ def _evaluate(
 ) -> Decision:
     targets = pod_targets(obj, paths)
     slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
-    if not any(slots) and not policies.looks_beyond_gpu_pods:
+    claims = _claims(policies, request, obj, targets, slots, view)
+    # GPU claims make a GPU pod even when no container uses them (the pod holds the devices,
+    # on their node); a claim the view cannot resolve may be one: validations look at it
+    claimed = [c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown)))
+               for c in claims]
+    if not any(slots) and not policies.looks_beyond_gpu_pods and not any(claimed):
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
@@ -182,7 +196,7 @@ def _evaluate(
         if plan.by_namespace and not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
         for index, target in enumerate(targets):
-            if plan.gpu_only and not slots[index]:
+            if plan.gpu_only and not slots[index] and not claimed[index]:
                 continue
             ctx = contexts[index]
             if ctx is None:
@@ -191,6 +205,7 @@ def _evaluate(
                     request, view, phase, policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
                     builder.owned(target.spec_path), policies.classifier, slots[index],
                 )
+                ctx.claims, ctx.device_classes = claims[index], claim_gpus.ClusterClasses(policies.device_classes, view)
             if plan.by_class:
                 workload_class = ctx.workload_class
                 if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
@@ -208,6 +223,23 @@ def _evaluate(
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
     return _decide(builder, sink, summary)
+
+
+def _claims(
+    policies: PolicySet, request: Request, obj: dict[str, Any], targets: list[Any], slots: list[gpu.Slots],
+    view: ClusterView,
+) -> list[claim_gpus.PodClaims | None]:
+    """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
+    found: list[claim_gpus.PodClaims | None] = [None] * len(targets)
+    classes = None
+    for index, target in enumerate(targets):
+        spec = _get(obj, target.spec_path)
+        if "resourceClaims" in spec:
+            classes = classes or claim_gpus.ClusterClasses(policies.device_classes, view)
+            found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
+            if resolved is not None:
+                slots[index] = claim_gpus.container_slots(spec, resolved, slots[index])
+    return found
 
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:

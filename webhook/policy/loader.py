@@ -14,7 +14,8 @@ import pydantic
 import yaml
 
 from webhook.errors import PolicyError
-from webhook.policy import schema
+from webhook.policy import device_classes, schema
+from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
 from webhook.policy.match import Classifier
 from webhook.policy.workload import BUILTIN_KINDS, KindPaths, kind_index
@@ -63,6 +64,11 @@ class PolicySet:
     @cached_property
     def narrower_matchers(self) -> frozenset[str]:
         return frozenset(name for name, m in self.matchers.items() if m != self.any_gpu)
+
+    @cached_property
+    def device_classes(self) -> dict[str, DeviceClassInfo]:
+        """DRA device class → the GPUs it hands out: NVIDIA's, plus what any policy adds."""
+        return device_classes.table(e.info() for p in self.policies for e in p.spec.deviceClasses)
 
     @cached_property
     def class_entries(self) -> tuple[tuple[schema.ClassMatch, str], ...]:

@@ -60,6 +60,10 @@ class RuntimeClassRule(RuleBase):
 
     name: str = Field(default="nvidia", min_length=1)
     override: bool = Field(default=False, description="replace a different class the user set")
+    draPods: Literal["set", "skip"] = Field(
+        default="skip",
+        description="pods whose GPUs all come from DRA claims: the DRA driver injects them through CDI",
+    )
 
 
 class ShmRule(RuleBase):

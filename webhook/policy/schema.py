@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from webhook.policy import mutation_settings, validation_settings
+from webhook.policy import dra_settings, mutation_settings, validation_settings
 from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement, ResourceName
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
@@ -119,6 +119,7 @@ class Rules(Model):
     spreadReplicas: mutation_settings.SpreadReplicasRule | None = None
     trainingLocality: mutation_settings.TrainingLocalityRule | None = None
     notebookLifetime: mutation_settings.NotebookLifetimeRule | None = None
+    draClaims: dra_settings.DraClaimsRule | None = None
 
     def active(self) -> bool:
         """True when any rule is present and not off."""
@@ -131,6 +132,9 @@ class GPUPolicySpec(Model):
     exclude: Exclude | None = None
     gpuResources: list[ResourceName] = Field(
         default=[], description="resource names counted as GPUs besides the built-in NVIDIA ones"
+    )
+    deviceClasses: list[dra_settings.DeviceClassEntry] = Field(
+        default=[], description="DRA device classes of GPUs besides NVIDIA's (shared by every policy)"
     )
     rules: Rules = Rules()
 

@@ -20,6 +20,7 @@ status.phase.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
@@ -33,7 +34,8 @@ Object = Mapping[str, Any]
 
 #: The kinds of cluster state a view can hold.
 Resource = Literal[
-    "nodes", "namespaces", "pods", "resourcequotas", "priorityclasses", "runtimeclasses"
+    "nodes", "namespaces", "pods", "resourcequotas", "priorityclasses", "runtimeclasses",
+    "deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices",
 ]
 RESOURCES: tuple[Resource, ...] = (
     "nodes",
@@ -42,7 +44,10 @@ RESOURCES: tuple[Resource, ...] = (
     "resourcequotas",
     "priorityclasses",
     "runtimeclasses",
+    *("deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices"),
 )
+#: Dynamic Resource Allocation (resource.k8s.io/v1): only watched where the cluster serves it
+DRA_RESOURCES: tuple[Resource, ...] = ("deviceclasses", "resourceclaimtemplates", "resourceclaims", "resourceslices")
 
 
 @dataclass(frozen=True)
@@ -84,9 +89,26 @@ class ClusterView(Protocol):
         """All nodes, grouped by what the node filter reads (``webhook.policy.nodegroups``)."""
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
-        """GPUs held per namespace, and per team for each team label (``webhook.policy.usage``)."""
+        """GPUs held per namespace, and per team for each team label (``webhook.policy.usage``).
+
+        Extended resources only: devices of DRA claims are counted from :meth:`claim_pods`.
+        """
+
+    def claim_pods(self) -> Iterable[Object]:
+        """The pods of :meth:`pods` that name resourceClaims."""
     def image_config(self, image: str) -> ImageConfig | None:
         """What a registry resolver has read from the image's config already, or None."""
+    def device_class(self, name: str) -> Object | None:
+        """The DeviceClass of that name, or None."""
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        """The ResourceClaimTemplate, or None."""
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        """The ResourceClaim, or None."""
+
+    def resource_slices(self) -> Iterable[Object]:
+        """All ResourceSlices (devices a driver publishes, per node or pool)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +159,7 @@ class SnapshotView:
     def _by_name(self) -> dict[str, dict[str | None, Object]]:
         """Cluster-scoped objects by kind and name (the first of a repeated name, as a scan finds)."""
         found: dict[str, dict[str | None, Object]] = {}
-        for kind in ("Namespace", "PriorityClass", "RuntimeClass"):
+        for kind in ("Namespace", "PriorityClass", "RuntimeClass", "DeviceClass"):
             named = found[kind] = {}
             for obj in self._of(kind):
                 named.setdefault(_name(obj), obj)
@@ -145,9 +167,9 @@ class SnapshotView:
 
     @cached_property
     def _in_namespace(self) -> dict[str, dict[str | None, list[Object]]]:
-        """Pods and quotas by kind and namespace, in snapshot order."""
+        """Pods, quotas and DRA claims by kind and namespace, in snapshot order."""
         found: dict[str, dict[str | None, list[Object]]] = {}
-        for kind in ("Pod", "ResourceQuota"):
+        for kind in ("Pod", "ResourceQuota", "ResourceClaimTemplate", "ResourceClaim"):
             by_namespace = found[kind] = {}
             for obj in self._of(kind):
                 by_namespace.setdefault(_namespace(obj), []).append(obj)
@@ -185,8 +207,46 @@ class SnapshotView:
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         return self._aggregates.gpu_usage(model_label, team_labels)
 
+    def claim_pods(self) -> Iterable[Object]:
+        return self._aggregates.claim_pods()
+
     def image_config(self, image: str) -> ImageConfig | None:
         return self.image_configs.get(image.strip())
+
+    def device_class(self, name: str) -> Object | None:
+        return self._by_name["DeviceClass"].get(name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        return self._named_in("ResourceClaimTemplate", namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        return self._named_in("ResourceClaim", namespace, name)
+
+    def resource_slices(self) -> Iterable[Object]:
+        return self._of("ResourceSlice")
+
+    def _named_in(self, kind: str, namespace: str, name: str) -> Object | None:
+        # a manifest without a namespace lands in whichever one it is applied to, as the pod naming it does
+        by_namespace = self._in_namespace[kind]
+        candidates = (*by_namespace.get(namespace, ()), *by_namespace.get(None, ()))
+        return next((o for o in candidates if _name(o) == name), None)
+
+    def with_objects(self, objects: Iterable[Object]) -> SnapshotView:
+        """This snapshot plus the DRA objects among ``objects`` (a pod and its template in one stream).
+
+        They are found, but their resources do not become known: manifests
+        may hold some templates and leave others to the cluster, so a
+        template missing from them proves nothing.
+        """
+        added: dict[str, list[Object]] = {}
+        for obj in flatten_lists(objects):
+            kind = str(obj.get("kind", ""))
+            if _RESOURCE_OF_KIND.get(kind) in DRA_RESOURCES:
+                added.setdefault(kind, []).append(obj)
+        if not added:
+            return self
+        merged = {k: (*self.objects_by_kind.get(k, ()), *added.get(k, ())) for k in {*self.objects_by_kind, *added}}
+        return dataclasses.replace(self, objects_by_kind=merged)
 
 
 #: what rules see without any cluster access (server --no-cluster or no credentials)
@@ -199,6 +259,10 @@ _RESOURCE_OF_KIND = {
     "ResourceQuota": "resourcequotas",
     "PriorityClass": "priorityclasses",
     "RuntimeClass": "runtimeclasses",
+    "DeviceClass": "deviceclasses",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+    "ResourceSlice": "resourceslices",
 }
 
 

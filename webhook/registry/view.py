@@ -46,5 +46,20 @@ class ResolvedView:
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         return self.base.gpu_usage(model_label, team_labels)
 
+    def claim_pods(self) -> Iterable[Object]:
+        return self.base.claim_pods()
+
+    def device_class(self, name: str) -> Object | None:
+        return self.base.device_class(name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> Object | None:
+        return self.base.resource_claim_template(namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Object | None:
+        return self.base.resource_claim(namespace, name)
+
+    def resource_slices(self) -> Iterable[Object]:
+        return self.base.resource_slices()
+
     def image_config(self, image: str) -> ImageConfig | None:
         return self.resolver.image_config(image) or self.base.image_config(image)

@@ -17,6 +17,7 @@ from webhook.errors import GpuAdmissionError
 from webhook.policy import view
 from webhook.server import listener
 from webhook.registry import flags
+from webhook.cluster.discovery import served_resources
 from webhook.server.app import AppConfig, create_app
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
@@ -71,8 +72,9 @@ def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterInd
     if api_client is None:
         log.warning("no in-cluster credentials and no kubeconfig: rules see an empty cluster")
         return None
-    log.info("cluster view: list+watch of %s", ", ".join(view.RESOURCES))
-    return lambda metrics: cluster.ClusterIndex(api_client, registry=metrics.registry)
+    resources = served_resources(api_client)
+    log.info("cluster view: list+watch of %s", ", ".join(resources))
+    return lambda metrics: cluster.ClusterIndex(api_client, resources=resources, registry=metrics.registry)
 
 
 def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -11,13 +11,13 @@ which the API server charges atomically, is the hard backstop
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import gpu, match, resourcequota, scheduling, severity
+from webhook.policy import claim_gpus, gpu, match, resourcequota, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
@@ -38,10 +38,10 @@ class _Pod:
 
 
 def run(ctx: RuleContext, cfg: QuotaRule) -> None:
-    asks = gpu.pod_gpus(ctx.spec, ctx.is_gpu)
+    asks = ctx.pod_gpus()  # extended resources and DRA claims' devices
     if not any(asks.values()):
         return
-    me = _Pod(ctx.request.namespace, scheduling.label_values(ctx.spec, cfg.modelLabel),
+    me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
               str(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
@@ -103,7 +103,7 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         group = str(_covers(cap, me, ctx.ns_labels))
         held = usage.in_namespace(group) if cap.scope == "namespace" else usage.in_team(cap.teamLabel, group)
         counted = _counted(cap)
-        used = _held(cap, counted, ctx.is_gpu, held.items())
+        used = _held(cap, counted, ctx.is_gpu, held.items()) + _claimed(ctx, cfg, cap, group, counted)
         if mine is not None:  # the pod being updated does not count against itself
             used -= _held(cap, counted, ctx.is_gpu, mine.amounts)
         ask = _amount(counted, me.gpus)
@@ -121,12 +121,54 @@ def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMat
     return total
 
 
+def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, counted: gpu.ResourceMatcher) -> Decimal:
+    """Devices of DRA claims held by the pods ``cap`` counts in ``group`` (Pending or Running, not this pod).
+
+    The usage sums hold extended resources only: a claim's devices depend on
+    templates, claims and device classes that change on their own, so they
+    are counted here, over the pods that name claims (few on most clusters).
+    """
+    total = Decimal(0)
+    labels_of = _namespace_labels(ctx)
+    for pod in ctx.view.claim_pods():
+        meta = _map(pod.get("metadata"))
+        namespace = str(meta.get("namespace") or "")
+        if meta.get("deletionTimestamp") or (ctx.request.name and (namespace, meta.get("name")) == (
+                ctx.request.namespace, ctx.request.name)):
+            continue
+        spec, status = _map(pod.get("spec")), _map(pod.get("status"))
+        in_group = namespace if cap.scope == "namespace" else labels_of(namespace).get(cap.teamLabel)
+        if status.get("phase") in ("Succeeded", "Failed") or in_group != group:
+            continue
+        claims = claim_gpus.resolve(spec, namespace, ctx.view, ctx.device_classes)
+        models = claim_gpus.confine(scheduling.label_values(spec, cfg.modelLabel), claims)
+        if claims is None or not _counts(cap, str(spec.get("priorityClassName") or ""), models):
+            continue
+        total += sum((n for name, n in claims.total().items() if counted(name) and ctx.is_gpu(name)), Decimal(0))
+    return total
+
+
+def _namespace_labels(ctx: RuleContext) -> Callable[[str], dict[str, str]]:
+    cache: dict[str, dict[str, str]] = {ctx.request.namespace: dict(ctx.ns_labels)}
+
+    def labels_of(namespace: str) -> dict[str, str]:
+        if namespace not in cache:
+            raw = _map(_map(ctx.view.namespace(namespace)).get("metadata")).get("labels")
+            cache[namespace] = {str(k): str(v) for k, v in _map(raw).items()}
+        return cache[namespace]
+
+    return labels_of
+
+
 def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, Decimal]) -> None:
     availability = ctx.view.availability("resourcequotas")
     if not availability.known:
         severity.unavailable(ctx, cfg, availability.reason, "ResourceQuota")
         return
-    for breach in resourcequota.breaches(ctx.view.resource_quotas(ctx.request.namespace), ctx.spec, asks, ctx.is_gpu):
+    if ctx.claims is not None and ctx.claims.quota:  # DRA items: <device-class>.deviceclass.resource.k8s.io/devices
+        asks = {**asks, **{k: Decimal(n) for k, n in ctx.claims.quota.items()}}
+    for breach in resourcequota.breaches(ctx.view.resource_quotas(ctx.request.namespace), ctx.spec, asks,
+                                         lambda name: ctx.is_gpu(name) or name.endswith(claim_gpus.QUOTA_SUFFIX)):
         ctx.report(f"{ctx.where()}: namespace {ctx.request.namespace} uses {_n(breach.used)} of {_n(breach.hard)} "
                    f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {_n(breach.ask)}",
                    pointer(ctx.spec_path("containers")))

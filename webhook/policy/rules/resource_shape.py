@@ -31,7 +31,8 @@ def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
             _check_scheme(ctx, cfg, key, ctx.where(field_path="metadata.annotations"), path)
     _check_init_only(ctx, cfg, refs)
     counts = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if not sharing(n)}
-    _check_max(ctx, cfg, counts)
+    # maxPerPod counts DRA claims' devices too; node allocatable only ever shows extended resources
+    _check_max(ctx, cfg, {n: c for n, c in ctx.pod_gpus().items() if not sharing(n)})
     if cfg.nodeCapacity and counts and ctx.view.availability("nodes").known:
         _check_node_capacity(ctx, counts)
 

@@ -9,6 +9,8 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
+    if cfg.draPods == "skip" and ctx.claims is not None and not ctx.extended_slots():
+        return  # GPUs from DRA claims only: CDI, not the runtime class, hands them over
     current = ctx.spec.get("runtimeClassName")
     if current == cfg.name or (current and not cfg.override):
         return

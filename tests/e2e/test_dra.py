@@ -1,0 +1,116 @@
+"""GPUs through Dynamic Resource Allocation, through the real kube-apiserver.
+
+resource.k8s.io/v1 is served without any driver: the tests create the
+DeviceClass NVIDIA's DRA driver installs, the ResourceClaimTemplates, and
+the pods naming them, as a user would (no scheduler or resourceclaim
+controller runs, so nothing is allocated; admission is what is under test).
+The templates follow NVIDIA's quickstart specs (corpus/manifests/
+NVIDIA__k8s-dra-driver__demo__specs__quickstart__gpu-test-{mps,mig}.yaml),
+in the v1 shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.admission import Admission
+from tests.e2e.apiserver import ApiServer
+from tests.e2e.fixtures import QUOTA_LABEL, wait_for_view
+from tests.e2e.kube import Kube, Object, Refused, eventually
+
+DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
+V1 = "resource.k8s.io/v1"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(autouse=True)
+def _dra_served(apiserver: ApiServer) -> None:
+    major, minor = (int(p) for p in apiserver.version.split(".")[:2])
+    if (major, minor) < (1, 34):
+        pytest.skip(f"kube-apiserver {apiserver.version} does not serve resource.k8s.io/v1 (1.34 and later do); "
+                    "gpu-admission reads DRA objects through v1 only")
+
+
+@pytest.fixture
+def device_class(admin: Kube) -> Iterator[Object]:
+    """NVIDIA's gpu.nvidia.com class (deployments/helm/…/deviceclass-gpu.yaml), as its chart installs it."""
+    stored = admin.ensure({
+        "apiVersion": V1, "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression":
+                 "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]},
+    })
+    yield stored
+
+
+def template(name: str, namespace: str, **exactly: Any) -> Object:
+    return {
+        "apiVersion": V1, "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", **exactly}}]}}},
+    }
+
+
+def dra_pod(name: str, namespace: str, template_name: str) -> Object:
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                 "resources": {"claims": [{"name": "gpu"}], "limits": {"memory": "8Gi"}}},
+                {"name": "logs", "image": "busybox"},
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template_name}],
+        },
+    }
+
+
+def _store_template(admin: Kube, admission: Admission, obj: Object) -> Object:
+    stored = admin.create(obj)
+    wait_for_view(admin, admission, "resourceclaimtemplates", V1, "ResourceClaimTemplate")
+    return stored
+
+
+def test_a_dra_gpu_pod_is_mutated_and_stored(
+    admin: Kube, admission: Admission, namespace: str, device_class: Object
+) -> None:
+    _store_template(admin, admission, template("one-gpu", namespace))
+    stored = admin.create(dra_pod("trainer", namespace, "one-gpu"))
+    spec = stored["spec"]
+    assert spec["tolerations"].count(GPU_TOLERATION) == 1, spec["tolerations"]
+    train, logs = spec["containers"]
+    assert [m["mountPath"] for m in train["volumeMounts"]] == ["/dev/shm"]
+    assert train["securityContext"]["allowPrivilegeEscalation"] is False
+    # the sidecar without the claim is kept from seeing the node's GPUs
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in logs["env"]
+    # GPUs from claims only: the DRA driver injects them through CDI, no runtime class is set
+    assert "runtimeClassName" not in spec
+    assert "gpu-admission.io/mutated" in stored["metadata"]["annotations"]
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    assert admin.get("v1", "Pod", "trainer", namespace)["spec"] == spec
+
+
+def test_an_allocation_mode_all_template_is_refused(admin: Kube, namespace: str, device_class: Object) -> None:
+    with pytest.raises(Refused) as refused:
+        admin.create(template("every-gpu", namespace, allocationMode="All"))
+    assert DENIED in refused.value.message
+    assert "allocationMode All takes every gpu.nvidia.com device" in refused.value.message, refused.value.message
+    assert admin.list(V1, "ResourceClaimTemplate", namespace) == []
+    admin.create(template("two-gpus", namespace, count=2))  # a count is fine
+
+
+@pytest.mark.parametrize("namespace", [{QUOTA_LABEL: "on"}], indirect=True)  # e2e-quota: 2 GPUs a namespace
+def test_a_dra_pod_over_a_quota_cap_is_refused(
+    admin: Kube, admission: Admission, namespace: str, device_class: Object
+) -> None:
+    _store_template(admin, admission, template("two-gpus", namespace, count=2))
+    before = admission.view_count("pods")
+    admin.create(dra_pod("first", namespace, "two-gpus"))
+    eventually(lambda: admission.view_count("pods") == before + 1, what="the cluster view holding pod first")
+    with pytest.raises(Refused) as refused:
+        admin.create(dra_pod("second", namespace, "two-gpus"))
+    assert DENIED in refused.value.message
+    assert f"namespace {namespace} uses 2 of 2 nvidia.com/gpu" in refused.value.message, refused.value.message
+    assert [p["metadata"]["name"] for p in admin.list("v1", "Pod", namespace)] == ["first"]
