@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, scheduling, severity
+from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, resource_slices, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
@@ -53,9 +53,19 @@ class _Nodes:
     incapable: list[Node] = field(default_factory=list)
     unlabelled: list[Node] = field(default_factory=list)
     counts: dict[int, int] = field(default_factory=dict)  # id(node) → how many nodes it stands for
+    drivers: dict[int, cuda.DriverVersion] = field(default_factory=dict)  # id(node) → its driver
 
     def size(self, nodes: Sequence[Node]) -> int:
         return sum(self.counts[id(n)] for n in nodes)
+
+    def driver(self, node: Node) -> cuda.DriverVersion:
+        return self.drivers[id(node)]  # only asked of nodes sorted by their driver
+
+    def newest(self, nodes: Sequence[Node]) -> cuda.DriverVersion:
+        return max(self.driver(n) for n in nodes)
+
+    def listed(self, nodes: Sequence[Node]) -> str:
+        return ", ".join(str(d) for d in sorted({self.driver(n) for n in nodes}, reverse=True))
 
 
 def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
@@ -119,16 +129,42 @@ def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -
     node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg))
     result = _Nodes()
     # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike
-    for node, count, driver in node_filter.placements(ctx.view.node_groups()):
+    for node, count, driver in _placements(ctx, node_filter):
         result.counts[id(node)] = count
         result.eligible.append(node)
         if driver is None:
             result.unlabelled.append(node)
-        elif all(_runs(cfg, need, node, driver) for need in needs):
+            continue
+        result.drivers[id(node)] = driver
+        if all(_runs(cfg, need, node, driver) for need in needs):
             result.capable.append(node)
         else:
             result.incapable.append(node)
     return result
+
+
+def _placements(ctx: RuleContext, node_filter: scheduling.NodeFilter) -> list[scheduling.Placement]:
+    """The node filter's placements; nodes without GFD driver labels take the driver their
+    DRA devices publish in ResourceSlices (read only then; their group is split by it)."""
+    groups = ctx.view.node_groups()
+    placements = node_filter.placements(groups)
+    if all(p.driver is not None for p in placements):
+        return placements
+    slice_drivers = resource_slices.node_drivers(ctx.view)
+    if not slice_drivers:
+        return placements
+    found: list[scheduling.Placement] = []
+    for group in groups:
+        for placement in node_filter.placements([group]):
+            if placement.driver is not None:
+                found.append(placement)
+                continue
+            members = [placement.node] if placement.nodes == 1 else list(group.members.values())
+            by_driver: dict[cuda.DriverVersion | None, list[Node]] = {}
+            for member in members:
+                by_driver.setdefault(slice_drivers.get(scheduling.node_name(member)), []).append(member)
+            found.extend(scheduling.Placement(same[0], len(same), driver) for driver, same in by_driver.items())
+    return found
 
 
 def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersion) -> bool:
@@ -168,13 +204,13 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
         ctx.report(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
                    "driver-version label (GPU Feature Discovery), so none was checked", path, mode=audit)
     elif not nodes.capable:
-        newest = max(_driver(n) for n in nodes.incapable)
+        newest = nodes.newest(nodes.incapable)
         message = (f"{where}: {wants}; the newest driver on the {nodes.size(known)} node(s) it could land on is "
                    f"{newest}{_runs_up_to(newest, cfg)}{_forward_hint(top)}")
         severity.report(ctx, "warn" if nodes.unlabelled else "deny", message, path)
     elif nodes.incapable:
         _partial(ctx, cfg, f"{where}: {wants}; only {nodes.size(nodes.capable)} of {nodes.size(known)} node(s) it could "
-                 f"land on have it ({_drivers(nodes.incapable)} on the others)", path)
+                 f"land on have it ({nodes.listed(nodes.incapable)} on the others)", path)
 
 
 def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> None:
@@ -201,16 +237,6 @@ def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
     wanted = {"key": cuda.DRIVER_FULL, "operator": "In", "values": values}
     if affinity.require(ctx.builder, ctx.target.spec_path, wanted).added:
         ctx.changed("nodeAffinity")
-
-
-def _driver(node: Node) -> cuda.DriverVersion:
-    driver = cuda.node_driver(scheduling.node_labels(node))
-    assert driver is not None  # only called on nodes sorted by their driver
-    return driver
-
-
-def _drivers(nodes: Sequence[Node]) -> str:
-    return ", ".join(str(d) for d in sorted({_driver(n) for n in nodes}, reverse=True))
 
 
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
