@@ -52,6 +52,7 @@ bench bench-engine: $(STAMP)
 
 bench-audit: $(STAMP)
 	$(BIN)/python bench/audit.py
+
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
 
@@ -62,6 +63,7 @@ bench-index: $(STAMP)
 bench-server: $(STAMP)
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	$(BIN)/python bench/server.py
+
 # ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
 soak: $(STAMP)
 	GPU_ADMISSION_FUZZ_SCALE=10 $(BIN)/python -m pytest -q -s tests/test_server_fuzz.py tests/test_server_shutdown.py tests/test_tls.py
