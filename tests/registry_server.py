@@ -8,7 +8,6 @@ import base64
 import hashlib
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -28,18 +27,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
+from tests.support import free_port, send_json
+
 BINARY = shutil.which("docker-registry")
 HTPASSWD = shutil.which("htpasswd")
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
 SERVICE = "gpu-admission-tests"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -196,12 +191,7 @@ class _TokenService:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 service.requests += 1
                 query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
-                body = json.dumps({"token": service.token(query.get("scope", [""])[0]), "expires_in": 300}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, {"token": service.token(query.get("scope", [""])[0]), "expires_in": 300})
 
             def log_message(self, *args: Any) -> None:
                 pass

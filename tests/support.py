@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 from functools import lru_cache
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +60,20 @@ def shipped_policies() -> Any:
     from webhook.policy import loader
 
     return loader.load_directory(POLICIES)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:
+    """Answer an http.server request with a JSON body (test stand-ins for servers we talk to)."""
+    body = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

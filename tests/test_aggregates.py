@@ -103,6 +103,8 @@ def a_pod(draw: Any) -> dict[str, Any]:
         spec["nodeSelector"] = {MODEL: draw(st.sampled_from(["A100", "H100"]))}
     if draw(st.booleans()):
         spec["priorityClassName"] = draw(st.sampled_from(["high", "low"]))
+    if draw(st.integers(0, 3)) == 0:  # a DRA pod: its claim devices are counted from claim_pods()
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     phase = draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]))
     return {"kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
 
@@ -194,6 +196,8 @@ def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]
             share = usage.share(*key)
             alone: Mapping[UsageKey, Any] = _expected_usage({**state, "Pod": {key: pod}}, model_label).get(key[0], {})
             assert (dict(share.amounts) if share else {}) == _nonzero(alone)
+    claiming = sorted(k for k, pod in state["Pod"].items() if pod["spec"].get("resourceClaims"))
+    assert sorted(map(_key, aggregates.claim_pods())) == claiming
     groups = aggregates.node_groups()
     assert sorted(n for g in groups for n in g.members) == sorted(k[1] for k in state["Node"])
     for spec in ({}, {"tolerations": [{"operator": "Exists"}]}, {"nodeSelector": {MODEL: "A100"}}):

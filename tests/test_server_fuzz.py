@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from tests import fuzz
 from tests.conftest import Pki, make_pki
 from tests.support import corpus_reviews, load_review
-from tests.test_server_shutdown import free_port, start_server, wait_ready
+from tests.support import free_port
+from tests.test_server_shutdown import start_server, wait_ready
 
 #: `make soak` raises these (GPU_ADMISSION_FUZZ_SCALE=10 sends ten times as many)
 SCALE = int(os.environ.get("GPU_ADMISSION_FUZZ_SCALE", "1"))

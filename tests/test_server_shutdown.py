@@ -16,15 +16,9 @@ from pathlib import Path
 import aiohttp
 
 from tests.conftest import Pki
-from tests.support import REPO, corpus_reviews, load_review
+from tests.support import REPO, corpus_reviews, free_port, load_review
 
 DRAIN, TIMEOUT = 1.5, 8.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str, level: str = "INFO") -> subprocess.Popen[bytes]:

@@ -28,8 +28,9 @@ from pathlib import Path
 
 from kubernetes import client
 
-from tests.e2e.apiserver import REPO, ApiServer, free_port, spawn, stop_process
+from tests.e2e.apiserver import REPO, ApiServer, spawn, stop_process
 from tests.e2e.kube import Kube, Object, documents
+from tests.support import free_port
 
 DEPLOY = REPO / "deploy"
 NAMESPACE = SERVICE_ACCOUNT = "gpu-admission"

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from tests.support import free_port
 from webhook import certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,12 +83,6 @@ def _version(binary: Path) -> str:
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
     found = re.search(r"v(\d+\.\d+\.\d+)", out)
     return found.group(1) if found else out.strip()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:

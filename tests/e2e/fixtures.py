@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from tests.e2e.admission import Admission
-from tests.e2e.kube import Kube, Object, eventually  # noqa: F401 - eventually is re-exported
+from tests.e2e.kube import Kube, Object, eventually
 
 #: the e2e policy directory adds this to the shipped policies: GPU caps in namespaces labelled for it
 QUOTA_LABEL = "e2e.gpu-admission.io/quota"

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.support import send_json
 from webhook import certs
 
 SELECT_LABEL = "e2e.gpu-admission.io/inject-sidecar"
@@ -42,13 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
         response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
         if patch:
             response |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": response}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from tests.e2e import fixtures
 from tests.e2e.fixtures import gpu_container, pod
-from tests.e2e.kube import Kube, Object
+from tests.e2e.kube import Kube, Object, eventually
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -102,5 +101,5 @@ def _create_when_known(admin: Kube, obj: Object) -> Object:
     def attempt() -> Object | None:
         stored = admin.create(obj, dry_run="All")
         return stored if stored["spec"]["priorityClassName"] != "e2e-everyone" else None
-    fixtures.eventually(attempt, what="the server seeing the globalDefault PriorityClass")
+    eventually(attempt, what="the server seeing the globalDefault PriorityClass")
     return admin.create(obj)

@@ -67,6 +67,8 @@ class Aggregates:
         #: pods asking for DRA claims: their devices depend on claims, templates and
         #: device classes that change on their own, so quotas count them when asked
         self._claim_pods: dict[PodKey, tuple[Object, ...]] = {}
+        #: republished whole when one of them changes, so readers take no lock
+        self._claim_pod_list: tuple[Object, ...] = ()
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._groups = NodeGroups()
         self._usage: dict[str, GpuUsage] = {}
@@ -77,8 +79,8 @@ class Aggregates:
         return self._groups.groups
 
     def claim_pods(self) -> tuple[Object, ...]:
-        """The pods that name resourceClaims (few, on most clusters), each object once."""
-        return tuple(pod for same in list(self._claim_pods.values()) for pod in same)
+        """The pods that name resourceClaims (few, on most clusters)."""
+        return self._claim_pod_list
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
         """The sums for ``model_label``, with sums per team for each of ``team_labels``.
@@ -158,6 +160,7 @@ class Aggregates:
                 for pod in same:
                     self._on_node.setdefault(_node_of(pod), set()).add(key)
             self._claim_pods = {key: same for key, same in self._pods.items() if any(map(_uses_claims, same))}
+            self._publish_claim_pods()
             for usage in self._usage.values():
                 usage.rebuild(self._shares(usage))
 
@@ -176,10 +179,14 @@ class Aggregates:
             self._pods.pop(key, None)
         if any(map(_uses_claims, pods)):
             self._claim_pods[key] = pods
-        else:
-            self._claim_pods.pop(key, None)
+            self._publish_claim_pods()
+        elif self._claim_pods.pop(key, None) is not None:
+            self._publish_claim_pods()
         for usage in self._usage.values():
             usage.set(key, self._share(usage, key))
+
+    def _publish_claim_pods(self) -> None:
+        self._claim_pod_list = tuple(pod for same in self._claim_pods.values() for pod in same)
 
     def _share(self, usage: GpuUsage, key: PodKey) -> Share | None:
         label = usage.model_label
