@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
+from types import MappingProxyType
 
 from webhook.policy import forward_compat, image_table
 from webhook.policy.cuda import CudaVersion
@@ -165,16 +166,41 @@ def from_image(image: str) -> Inferred | None:
     return _from_table(ref) or _from_tag(ref.tag) or _without_cuda(ref)
 
 
+@dataclass(frozen=True)
+class _Row:
+    """A release-table row read once: its tag pattern compiled, its release bounds parsed."""
+
+    release: image_table.Release
+    tag: re.Pattern[str]
+    bounds: tuple[tuple[int, ...], tuple[int, ...]] | None
+
+
+def _rows_by_repository(rows: Sequence[image_table.Release]) -> Mapping[str, tuple[_Row, ...]]:
+    """Each repository's rows, in table order (the first that matches wins)."""
+    found: dict[str, list[_Row]] = {}
+    for release in rows:
+        bounds = (_numbers(release.first), _numbers(release.last)) if release.first else None
+        row = _Row(release, re.compile(release.tag), bounds)
+        for repository in release.repositories:
+            found.setdefault(repository, []).append(row)
+    return MappingProxyType({name: tuple(same) for name, same in found.items()})
+
+
 def _from_table(ref: ImageRef) -> Inferred | None:
-    for row in image_table.RELEASES:
-        if ref.name not in row.repositories:
-            continue
-        match = re.fullmatch(row.tag, ref.tag)
+    # every GPU container of every admission asks: only the image's own repository's rows are read
+    parsed: dict[str, tuple[int, ...]] = {}  # the rows of one project share their tag pattern
+    for compiled in _TABLE.get(ref.name, ()):
+        match = compiled.tag.fullmatch(ref.tag)
         if match is None:
             continue
+        row = compiled.release
         release = match[1] if match.re.groups else ""
-        if row.first and not _numbers(row.first) <= _numbers(release) <= _numbers(row.last):
-            continue
+        if compiled.bounds:
+            numbers = parsed.get(release)
+            if numbers is None:
+                numbers = parsed[release] = _numbers(release)
+            if not compiled.bounds[0] <= numbers <= compiled.bounds[1]:
+                continue
         version = CudaVersion.parse(row.cuda)
         if version is not None:
             source = f"{row.name} {release}" if release else f"{row.name}, image table"
@@ -228,3 +254,6 @@ def _numbers(text: str) -> tuple[int, ...]:
     """``"24.05"`` → (24, 5); anything not dotted numbers → ()."""
     parts = text.split(".")
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+
+
+_TABLE = _rows_by_repository(image_table.RELEASES)
