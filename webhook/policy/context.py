@@ -48,6 +48,8 @@ class RuleContext:
     claims: PodClaims | None = None
     #: DRA device classes of GPUs (the policy set's table)
     device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
+    #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
+    _extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
 
     @property
     def workload_class(self) -> str:
@@ -80,12 +82,22 @@ class RuleContext:
 
     def pod_gpus(self) -> dict[str, Decimal]:
         """GPUs the pod needs per resource name: extended resources plus its DRA claims' devices."""
-        total = gpu.pod_gpus(self.spec, self.is_gpu)
+        total = dict(self.extended_gpus())
         if self.claims is not None:
             for name, count in self.claims.total().items():
                 if self.is_gpu(name):
                     total[name] = total.get(name, Decimal(0)) + count
         return total
+
+    def extended_gpus(self) -> Mapping[str, Decimal]:
+        """GPUs the pod needs per extended resource name, as the scheduler counts them (read-only).
+
+        Worked out once per matcher: rules never change resources.
+        """
+        known = self._extended_gpus
+        if known is None or known[0] is not self.is_gpu:
+            known = self._extended_gpus = (self.is_gpu, gpu.pod_gpus(self.spec, self.is_gpu))
+        return known[1]
 
     def extended_slots(self) -> gpu.Slots:
         """The slots of extended resources only (what node labels and allocatable speak of), without DRA claims."""

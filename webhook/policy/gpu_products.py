@@ -17,8 +17,8 @@ assumed to be a data-center GPU; a policy adds products with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 #: the label GFD sets
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -36,7 +36,8 @@ DATA_CENTER_MODELS = frozenset({
 _CONSUMER_OR_WORKSTATION = re.compile(r"(?i)(^|-)(geforce|titan|quadro|rtx)(-|$)")
 
 
-def is_data_center(product: str, extra: Sequence[str] = ()) -> bool:
+@lru_cache(maxsize=1024)  # asked per node group on every GPU admission; products are few
+def is_data_center(product: str, extra: tuple[str, ...] = ()) -> bool:
     """True for a data-center GPU product such as ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb``."""
     if not product:
         return False

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from webhook.policy.cuda import CudaVersion, DriverVersion, strict_index
+from webhook.policy.gpu import ResourceMatcher
 from webhook.policy.model import LabelSelector, Model, ResourceName, RuleBase
 
 #: what a policy wants done about a finding: nothing, a warning, or what the
@@ -51,6 +52,11 @@ class SharingSchemes(Model):
     annotations: list[str] = Field(default=["gpu-fraction", "gpu-memory"], description="pod annotation keys (KAI)")
     allowed: list[str] = Field(default=[], description="resources / annotation keys of schemes this cluster runs")
     otherwise: Severity = Field(default="warn", description="for a scheme not in allowed")
+
+    @cached_property
+    def matcher(self) -> ResourceMatcher:
+        """The scheme resources as a matcher (built once)."""
+        return ResourceMatcher.of(self.resources)
 
 
 class ResourceShapeRule(RuleBase):
@@ -141,6 +147,11 @@ class CudaDriverRule(ClusterRuleBase):
     def driver_index(self) -> dict[tuple[int, int, int], DriverVersion]:
         """CUDA release → minimum driver, the table with minDrivers applied (built once)."""
         return strict_index(self.minDrivers)
+
+    @cached_property
+    def image_memo(self) -> dict[str, tuple[Any, Any]]:
+        """image → (the resolver's config it was judged with, what its containers need), filled as images are seen."""
+        return {}
 
     @model_validator(mode="after")
     def _rows(self) -> CudaDriverRule:

@@ -96,22 +96,50 @@ def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need
     return needs
 
 
+#: how many images one policy remembers the needs of (images are few; bound them anyway)
+IMAGE_MEMO_SIZE = 4096
+
+_Inference = tuple[images.Inferred | str, cuda.DriverVersion | None, tuple[Branch, ...]]
+
+
 def _need(
     ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str],
     rules: Sequence[tuple[str, str]],
 ) -> _Need | str:
     """What one container needs, or why that is unknown ("" for an image without CUDA)."""
     image = str(ref.container.get("image") or "")
-    found = images.infer(ref.name, image, annotations, rules, ctx.view.image_config(image))
+    config = ctx.view.image_config(image)
+    if any(key.startswith(images.ANNOTATION) for key in annotations):
+        # the pod states its CUDA: nothing to share with other pods of the image
+        found, driver, branches = _infer(cfg, ref.name, image, annotations, rules, config)
+    else:
+        # every pod of an image needs the same: worked out once per image (and resolver answer)
+        memo = cfg.image_memo
+        hit = memo.get(image)
+        if hit is None or hit[0] is not config:
+            if len(memo) >= IMAGE_MEMO_SIZE:
+                memo.clear()
+            hit = memo[image] = (config, _infer(cfg, ref.name, image, {}, rules, config))
+        found, driver, branches = hit[1]
     if isinstance(found, str):
         # the image goes last: kube-apiserver cuts warnings at 256 characters
         return f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
     if found.version is None:
         return ""  # no CUDA in the image: no driver is too old for it
-    driver = cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index)
     if driver is None:
         return f"CUDA {found.version} ({found.source}) is not in the driver table; add it to minDrivers"
-    return _Need(ref, found.version, found.source, driver, _branches(cfg, image, found))
+    return _Need(ref, found.version, found.source, driver, branches)
+
+
+def _infer(
+    cfg: CudaDriverRule, name: str, image: str, annotations: Mapping[str, str], rules: Sequence[tuple[str, str]],
+    config: images.ImageConfig | None,
+) -> _Inference:
+    """The image's CUDA (or why it is unknown), the oldest driver for it and its forward-compatible branches."""
+    found = images.infer(name, image, annotations, rules, config)
+    if isinstance(found, str) or found.version is None:
+        return found, None, ()
+    return found, cuda.min_driver(found.version, cfg.compatibility, cfg.driver_index), _branches(cfg, image, found)
 
 
 def _branches(cfg: CudaDriverRule, image: str, found: images.Inferred) -> tuple[Branch, ...]:
@@ -125,7 +153,7 @@ def _branches(cfg: CudaDriverRule, image: str, found: images.Inferred) -> tuple[
 
 
 def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
-    asks = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if c > 0}
+    asks = {n: c for n, c in ctx.extended_gpus().items() if c > 0}
     node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg))
     result = _Nodes()
     # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike
@@ -178,7 +206,7 @@ def _data_center(cfg: CudaDriverRule, node: Node) -> bool:
     compat, labels = cfg.forwardCompat, scheduling.node_labels(node)
     if compat.nodes is not None:
         return match.selector_matches(compat.nodes, labels)
-    return gpu_products.is_data_center(labels.get(compat.productLabel, ""), compat.dataCenterProducts)
+    return gpu_products.is_data_center(str(labels.get(compat.productLabel, "")), tuple(compat.dataCenterProducts))
 
 
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:

@@ -20,7 +20,7 @@ PHASES = ("validate",)
 
 
 def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
-    sharing = gpu.ResourceMatcher.of(cfg.sharingSchemes.resources)
+    sharing = cfg.sharingSchemes.matcher
     refs = list(gpu.containers(ctx.spec))
     for ref in refs:
         _check_container(ctx, cfg, ref, sharing)
@@ -30,7 +30,7 @@ def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
             path = pointer((*(ctx.target.meta_path or ()), "annotations", key))
             _check_scheme(ctx, cfg, key, ctx.where(field_path="metadata.annotations"), path)
     _check_init_only(ctx, cfg, refs)
-    counts = {n: c for n, c in gpu.pod_gpus(ctx.spec, ctx.is_gpu).items() if not sharing(n)}
+    counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
     # maxPerPod counts DRA claims' devices too; node allocatable only ever shows extended resources
     _check_max(ctx, cfg, {n: c for n, c in ctx.pod_gpus().items() if not sharing(n)})
     if cfg.nodeCapacity and counts and ctx.view.availability("nodes").known:
@@ -59,11 +59,13 @@ def _check_quantities(ctx: RuleContext, ref: gpu.ContainerRef, name: str) -> Non
     for field, text in raw.items():
         if text is None:
             continue
-        where, path = ctx.where(ref, f"resources.{field}"), _pointer(ctx, ref.list_name, ref.index, "resources", field, name)
         value = values[field] = quantity.parse_quantity(text)
+        if value is not None and value >= 0 and quantity.is_whole(value):
+            continue  # the common case: where and path are worked out only for a finding
+        where, path = ctx.where(ref, f"resources.{field}"), _pointer(ctx, ref.list_name, ref.index, "resources", field, name)
         if value is None or value < 0:
             ctx.report(f"{where}: {name}: {text!r} is not a valid quantity; ask for a whole number of devices", path)
-        elif not quantity.is_whole(value):
+        else:
             ctx.report(f"{where}: {name} is {text}, a fraction; GPUs are whole devices: ask for an integer "
                        "(share GPUs through MIG or time-slicing)", path)
     if "requests" in values and "limits" not in values:
