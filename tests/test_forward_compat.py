@@ -22,6 +22,7 @@ the driver's own, so only forward compatibility can run it. Sources:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -130,3 +131,27 @@ def test_forward_compatibility_can_be_turned_off() -> None:
     policies = loader.load_text("\n---\n".join([*shared, text]), "off")
     assert _evaluate("nvcr.io/nvidia/pytorch:24.01-py3", "535.104.05", H100).allowed
     assert not _evaluate("nvcr.io/nvidia/pytorch:24.01-py3", "535.104.05", H100, policies=policies).allowed
+
+
+def test_what_an_image_needs_follows_the_resolver_answer_and_the_pods_own_annotation() -> None:
+    """One policy set remembers each image's needs; a new resolver answer or a pod's annotation still counts."""
+    policies = shipped_policies()
+    image = "registry.example/team/app:1"
+    node = {"kind": "Node", "metadata": {"name": "n", "labels": {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090",
+                                                                  "nvidia.com/cuda.driver-version.full": "535.104.05"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+
+    def validate(configs: dict[str, images.ImageConfig], annotations: dict[str, str] | None = None) -> Any:
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": "ml", "annotations": annotations or {}},
+               "spec": {"containers": [{"name": "c", "image": image, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+        view = dataclasses.replace(SnapshotView.from_objects([node]), image_configs=configs)
+        return engine.evaluate(policies, Request.for_object(pod), view, "validate")
+
+    unknown = validate({})
+    assert unknown.allowed and any("no CUDA version known for its image" in w for w in unknown.warnings)
+    too_new = images.ImageConfig("sha256:" + "c" * 64, {"CUDA_VERSION": "12.8.0"})
+    assert "CUDA 12.8.0 (image config at sha256:cccccccccccc)" in validate({image: too_new}).message()
+    assert unknown.warnings == validate({}).warnings  # the remembered answer went with its config
+    assert validate({image: too_new}, {images.ANNOTATION: "12.2"}).allowed  # the pod's own statement wins
+    assert not validate({image: too_new}).allowed
