@@ -121,7 +121,10 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("rayproject/ray-ml:2.46.0-py310", "12.1.1"),  # ray-ml without a platform is -gpu
         ("rayproject/ray-ml:2.46.0-py311-cu128", "12.8"),  # the tag says it
         ("rayproject/ray-ml:2.46.0-py311-cpu", None),
-        ("rayproject/ray-ml:2.0.0-gpu", None),  # no source for the 2.0.0 default
+        ("rayproject/ray-ml:2.0.0-gpu", "11.2.0"),
+        ("rayproject/ray-ml:1.9.2-py38", "11.2.0"),
+        ("rayproject/ray-ml:1.8.0-gpu", None),  # branched before -gpu meant cu112
+        ("rayproject/ray-ml:2.1.0-gpu", None),
         ("rayproject/ray-ml:2.48.0-gpu", None),
         ("rayproject/ray-ml:latest-gpu", None),
         ("oguzpastirmaci/gpu-burn:latest", "11.1.1"),
@@ -186,6 +189,7 @@ def test_table_rows_carry_documented_forward_compatibility() -> None:
     [
         ("vllm/vllm-openai:v0.28.0", "13.0", "vLLM 0.28.0", "ARG CUDA_VERSION=13.0.3"),
         ("rayproject/ray-ml:2.46.0.0e19ea-py311-gpu", "12.1.1", "Ray ML 2.46.0", "issue #54102"),
+        ("rayproject/ray-ml:2.0.0-gpu", "11.2.0", "Ray ML 2.0.0", "ML_CUDA_VERSION = cu112"),
         ("oguzpastirmaci/gpu-burn:latest", "11.1.1", "gpu-burn (oguzpastirmaci), image table",
          "FROM nvidia/cuda:11.1.1-runtime"),
     ],

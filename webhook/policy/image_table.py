@@ -115,6 +115,8 @@ _NGC_TAG = r"(\d{2}\.\d{2})(?:\.\d+)?(?:-.*)?"
 _TF_TAG = r"(\d+\.\d+)(?:\.\d+)?(?:rc\d+)?-gpu(?:-.*)?"
 _SEMVER = r"v?(\d+\.\d+\.\d+)"
 _TENSORFLOW = ("docker.io/tensorflow/tensorflow",)
+_RAY_ML = ("docker.io/rayproject/ray-ml",)
+_RAY_ML_TAG = r"(\d+\.\d+\.\d+)(?:\.[0-9a-f]{6})?(?:-py\d+)?(?:-gpu)?"
 
 RELEASES: tuple[Release, ...] = (
     *(Release("NGC", NGC_REPOSITORIES, _NGC_TAG, a, b, c, _NGC_NOTES) for a, b, c in NGC_RELEASES),
@@ -175,8 +177,12 @@ RELEASES: tuple[Release, ...] = (
             "FROM deepspeed/deepspeed:v072_torch112_cu117"),
     # -gpu (and, for ray-ml, no platform suffix) aliases the release's default -cuXX build; release
     # builds are also tagged <release>.<commit>: 2.46.0.0e19ea-py311-gpu
-    Release("Ray ML", ("docker.io/rayproject/ray-ml",), r"(\d+\.\d+\.\d+)(?:\.[0-9a-f]{6})?(?:-py\d+)?(?:-gpu)?",
-            "2.46.0", "2.47.1", "12.1.1",
+    Release("Ray ML", _RAY_ML, _RAY_ML_TAG, "1.9.0", "2.0.1", "11.2.0",
+            "ray-project/ray ci/build/build-docker-images.py (ci/travis/ before 2022-04) on master from db863aa "
+            "(#19763, 2021-10-26) to at least 6fb6053 (2022-10-14): ML_CUDA_VERSION = cu112, "
+            "nvidia/cuda:11.2.0-cudnn8-devel; ray-ml is built for it (and cpu) only, its -gpu and platform-less "
+            "tags alias it (#19505: 'gpu will refer to cu112'); the releases branched in that window"),
+    Release("Ray ML", _RAY_ML, _RAY_ML_TAG, "2.46.0", "2.47.1", "12.1.1",
             "ray-project/ray issue #54102 (2025-07-02, after 2.47.1; maintainer: -gpu is the default CUDA, "
             "'(still) pointing to 12.1', base nvidia/cuda:12.1.1-cudnn8-devel-ubuntu20.04) and "
             "ci/ray_ci/docker_container.py before CUDA 12.4 joined the matrix (PR #50005, 2025-01): ray-ml built "
