@@ -113,8 +113,23 @@ def test_tensorflow_table_is_the_facts_table() -> None:
         ("vllm/vllm-openai:v0.6.6.post1", "12.4"),
         ("vllm/vllm-openai:v0.20.0", "13.0"),
         ("vllm/vllm-openai:v0.11.0", None),  # no source for 0.11-0.19
-        ("vllm/vllm-openai:v0.28.0", None),
-        ("vllm/vllm-openai:latest", None),
+        ("vllm/vllm-openai:v0.28.0", "13.0"),
+        ("vllm/vllm-openai:v0.29.0", None),
+        ("vllm/vllm-openai:latest", None),  # moves with every release
+        ("rayproject/ray-ml:2.46.0.0e19ea-py311-gpu", "12.1.1"),
+        ("rayproject/ray-ml:2.47.1-gpu", "12.1.1"),
+        ("rayproject/ray-ml:2.46.0-py310", "12.1.1"),  # ray-ml without a platform is -gpu
+        ("rayproject/ray-ml:2.46.0-py311-cu128", "12.8"),  # the tag says it
+        ("rayproject/ray-ml:2.46.0-py311-cpu", None),
+        ("rayproject/ray-ml:2.0.0-gpu", "11.2.0"),
+        ("rayproject/ray-ml:1.9.2-py38", "11.2.0"),
+        ("rayproject/ray-ml:1.8.0-gpu", None),  # branched before -gpu meant cu112
+        ("rayproject/ray-ml:2.1.0-gpu", None),
+        ("rayproject/ray-ml:2.48.0-gpu", None),
+        ("rayproject/ray-ml:latest-gpu", None),
+        ("oguzpastirmaci/gpu-burn:latest", "11.1.1"),
+        ("oguzpastirmaci/gpu-burn", "11.1.1"),
+        ("oguzpastirmaci/gpu-burn:cuda9", None),
         ("tensorflow/tensorflow:1.15.5-gpu-py3", "10.0"),
         ("tensorflow/tensorflow:2.4.1-gpu", "11.0"),
         ("nvcr.io/nvidia/cloud-native/gpu-operator-validator:v1.10.1", "11.6.0"),
@@ -167,6 +182,41 @@ def test_table_rows_carry_documented_forward_compatibility() -> None:
     ubi = images.from_image("quay.io/rh-aiservices-bu/vllm-openai-ubi9:0.4.2")
     assert ubi is not None and [b.major for b in ubi.branches] == [470, 525]
     assert all(row.source for row in image_table.RELEASES)
+
+
+@pytest.mark.parametrize(
+    ("image", "cuda", "source", "cited"),
+    [
+        ("vllm/vllm-openai:v0.28.0", "13.0", "vLLM 0.28.0", "ARG CUDA_VERSION=13.0.3"),
+        ("rayproject/ray-ml:2.46.0.0e19ea-py311-gpu", "12.1.1", "Ray ML 2.46.0", "issue #54102"),
+        ("rayproject/ray-ml:2.0.0-gpu", "11.2.0", "Ray ML 2.0.0", "ML_CUDA_VERSION = cu112"),
+        ("oguzpastirmaci/gpu-burn:latest", "11.1.1", "gpu-burn (oguzpastirmaci), image table",
+         "FROM nvidia/cuda:11.1.1-runtime"),
+    ],
+)
+def test_table_rows_say_where_the_cuda_came_from(image: str, cuda: str, source: str, cited: str) -> None:
+    found = images.infer("c", image, {})
+    assert isinstance(found, images.Inferred) and str(found.version) == cuda and found.source == source
+    ref = images.ImageRef.parse(image)
+    covering = [row for row in image_table.RELEASES if ref.name in row.repositories and _covers(row, ref.tag)]
+    assert len(covering) == 1 and cited in covering[0].source and covering[0].cuda == cuda
+
+
+def _covers(row: image_table.Release, tag: str) -> bool:
+    match = re.fullmatch(row.tag, tag)
+    if match is None or not row.first:
+        return match is not None
+
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split("."))
+
+    return numbers(row.first) <= numbers(match[1]) <= numbers(row.last)
+
+
+def test_ray_ml_carries_the_forward_compatibility_of_its_cuda_base() -> None:
+    # built FROM nvidia/cuda:12.1.1-cudnn8-devel: its NVIDIA_REQUIRE_CUDA lists the 470 and 525 branches
+    ray = images.from_image("rayproject/ray-ml:2.47.1-py311-gpu")
+    assert ray is not None and [b.major for b in ray.branches] == [470, 525]
 
 
 def test_unknown_cuda_says_why() -> None:

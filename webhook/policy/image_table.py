@@ -100,10 +100,23 @@ TENSORFLOW_RELEASES: tuple[tuple[str, str, str], ...] = (
     ("2.18", "2.19", "12.5"),
 )
 
+#: nvidia/cuda X.Y.Z → the ``brand=tesla`` branches of its NVIDIA_REQUIRE_CUDA, the ones every
+#: revision of gitlab.com/nvidia/container-images/cuda dist/<X.Y.Z>/*/base/Dockerfile seen
+#: (as copied, with that path, into public Dockerfiles) lists. Its cuda-compat runs it there.
+NVIDIA_CUDA_REQUIRE: dict[str, str] = {
+    "11.8.0": "cuda>=11.8 brand=tesla,driver>=470,driver<471",
+    "12.1.1": "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
+    "12.2.2": "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
+    "12.4.1": "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 "
+              "brand=tesla,driver>=535,driver<536",
+}
+
 _NGC_TAG = r"(\d{2}\.\d{2})(?:\.\d+)?(?:-.*)?"
 _TF_TAG = r"(\d+\.\d+)(?:\.\d+)?(?:rc\d+)?-gpu(?:-.*)?"
 _SEMVER = r"v?(\d+\.\d+\.\d+)"
 _TENSORFLOW = ("docker.io/tensorflow/tensorflow",)
+_RAY_ML = ("docker.io/rayproject/ray-ml",)
+_RAY_ML_TAG = r"(\d+\.\d+\.\d+)(?:\.[0-9a-f]{6})?(?:-py\d+)?(?:-gpu)?"
 
 RELEASES: tuple[Release, ...] = (
     *(Release("NGC", NGC_REPOSITORIES, _NGC_TAG, a, b, c, _NGC_NOTES) for a, b, c in NGC_RELEASES),
@@ -127,6 +140,10 @@ RELEASES: tuple[Release, ...] = (
             ("0.20.0", "0.27.1", "13.0",
              "vllm-project/vllm issue #42738 (after v0.20.0 the default wheel and docker image are cu130); "
              "NVIDIA-NeMo/labs-molt PR #77 (0.27.1: CUDA 13.0 is vLLM's default pairing)"),
+            ("0.28.0", "0.28.0", "13.0",
+             "vllm-project/vllm docker/Dockerfile at v0.28.0 (2cf0a69, the release commit per coreweave/ml-containers "
+             "PR #218): ARG CUDA_VERSION=13.0.3, final stage FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu24.04; "
+             "PR #39878 (2026-04): the unsuffixed docker tags are CUDA 13.0"),
         )
     ),
     *(
@@ -158,18 +175,24 @@ RELEASES: tuple[Release, ...] = (
     Release("Training Operator example", ("docker.io/kubeflow/pytorch-deepspeed-demo",), r"(?:latest)?", "", "", "11.7",
             "github.com/kubeflow/training-operator examples/pytorch/deepspeed-demo/Dockerfile (its only version): "
             "FROM deepspeed/deepspeed:v072_torch112_cu117"),
+    # -gpu (and, for ray-ml, no platform suffix) aliases the release's default -cuXX build; release
+    # builds are also tagged <release>.<commit>: 2.46.0.0e19ea-py311-gpu
+    Release("Ray ML", _RAY_ML, _RAY_ML_TAG, "1.9.0", "2.0.1", "11.2.0",
+            "ray-project/ray ci/build/build-docker-images.py (ci/travis/ before 2022-04) on master from db863aa "
+            "(#19763, 2021-10-26) to at least 6fb6053 (2022-10-14): ML_CUDA_VERSION = cu112, "
+            "nvidia/cuda:11.2.0-cudnn8-devel; ray-ml is built for it (and cpu) only, its -gpu and platform-less "
+            "tags alias it (#19505: 'gpu will refer to cu112'); the releases branched in that window"),
+    Release("Ray ML", _RAY_ML, _RAY_ML_TAG, "2.46.0", "2.47.1", "12.1.1",
+            "ray-project/ray issue #54102 (2025-07-02, after 2.47.1; maintainer: -gpu is the default CUDA, "
+            "'(still) pointing to 12.1', base nvidia/cuda:12.1.1-cudnn8-devel-ubuntu20.04) and "
+            "ci/ray_ci/docker_container.py before CUDA 12.4 joined the matrix (PR #50005, 2025-01): ray-ml built "
+            "for cpu and cu12.1.1-cudnn8 only, GPU_PLATFORM = cu12.1.1-cudnn8 tagged -gpu; docker/ray-ml/README.md: "
+            "no platform tag is -gpu",
+            require=NVIDIA_CUDA_REQUIRE["12.1.1"]),
+    Release("gpu-burn (oguzpastirmaci)", ("docker.io/oguzpastirmaci/gpu-burn",), r"(?:latest)?", "", "", "11.1.1",
+            "github.com/OguzPastirmaci/gpu-burn Dockerfile since 2022-12-02 (0b92981, the repository's last "
+            "commit; its README names this image): FROM nvidia/cuda:11.1.1-runtime (nvidia/cuda:9.0-devel before)"),
 )
-
-#: nvidia/cuda X.Y.Z → the ``brand=tesla`` branches of its NVIDIA_REQUIRE_CUDA, the ones every
-#: revision of gitlab.com/nvidia/container-images/cuda dist/<X.Y.Z>/*/base/Dockerfile seen
-#: (as copied, with that path, into public Dockerfiles) lists. Its cuda-compat runs it there.
-NVIDIA_CUDA_REQUIRE: dict[str, str] = {
-    "11.8.0": "cuda>=11.8 brand=tesla,driver>=470,driver<471",
-    "12.1.1": "cuda>=12.1 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
-    "12.2.2": "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526",
-    "12.4.1": "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 "
-              "brand=tesla,driver>=535,driver<536",
-}
 
 #: Repositories (globs over ``registry/path``) of images that carry no CUDA.
 NO_CUDA: tuple[str, ...] = (
