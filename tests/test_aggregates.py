@@ -52,7 +52,7 @@ def test_node_groups_place_a_pod_as_the_per_node_filter_does(
     expected = reference(spec, unique, needs, extra)
     placed = scheduling.NodeFilter(spec, needs, extra).placements(nodegroups.NodeGroups(node_list).groups)
     assert sum(p.nodes for p in placed) == len(expected)
-    assert Counter(p for n, c, _ in placed for p in [_projection(n)] * c) == Counter(_projection(n) for n in expected)
+    assert Counter(p for n, c, *_ in placed for p in [_projection(n)] * c) == Counter(_projection(n) for n in expected)
     assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected)
 
 
@@ -115,11 +115,23 @@ def a_namespace(draw: Any) -> dict[str, Any]:
     return {"kind": "Namespace", "metadata": {"name": draw(st.sampled_from(NAMESPACES)), "labels": labels}}
 
 
+@st.composite
+def a_slice(draw: Any) -> dict[str, Any]:
+    """A node-local ResourceSlice (its devices' attributes as NVIDIA's gpu-kubelet-plugin writes them)."""
+    driver = draw(st.sampled_from(["gpu.nvidia.com", "other.example.com"]))
+    devices = [{"name": f"d{i}", "attributes": {"type": {"string": draw(st.sampled_from(["gpu", "mig"]))},
+                                                 "driverVersion": {"version": draw(st.sampled_from(["535.104.5", "570.124.6"]))}}}
+               for i in range(draw(st.integers(0, 3)))]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"s{draw(st.integers(0, 3))}"},
+            "spec": {"driver": driver, "nodeName": draw(st.sampled_from(NODE_NAMES)), "pool": {"name": "p"}, "devices": devices}}
+
+
 EVENT = st.one_of(
-    st.tuples(st.just("put"), a_node() | a_pod() | a_namespace()),
-    st.tuples(st.just("delete"), a_node() | a_pod() | a_namespace()),
-    st.tuples(st.just("relist"), st.sampled_from(["Node", "Pod", "Namespace"]),
-              st.lists(a_node(), max_size=4), st.lists(a_pod(), max_size=6), st.lists(a_namespace(), max_size=3)),
+    st.tuples(st.just("put"), a_node() | a_pod() | a_namespace() | a_slice()),
+    st.tuples(st.just("delete"), a_node() | a_pod() | a_namespace() | a_slice()),
+    st.tuples(st.just("relist"), st.sampled_from(["Node", "Pod", "Namespace", "ResourceSlice"]),
+              st.lists(a_node(), max_size=4), st.lists(a_pod(), max_size=6), st.lists(a_namespace(), max_size=3),
+              st.lists(a_slice(), max_size=3)),
     st.tuples(st.just("ask"), st.sampled_from([MODEL, "pool"]), st.sampled_from([TEAM, "other"])),
 )
 
@@ -134,22 +146,43 @@ def _apply(aggregates: Aggregates, state: dict[str, dict[tuple[str, str], Any]],
         aggregates.gpu_usage(event[1], [event[2]])
         return
     if event[0] == "relist":
-        kind, listed = event[1], {"Node": event[2], "Pod": event[3], "Namespace": event[4]}[event[1]]
+        kind = event[1]
+        listed = {"Node": event[2], "Pod": event[3], "Namespace": event[4], "ResourceSlice": event[5]}[kind]
         state[kind] = {_key(o): o for o in listed}
-        {"Node": aggregates.replace_nodes, "Pod": aggregates.replace_pods,
-         "Namespace": aggregates.replace_namespaces}[kind](list(state[kind].values()))
+        {"Node": aggregates.replace_nodes, "Pod": aggregates.replace_pods, "Namespace": aggregates.replace_namespaces,
+         "ResourceSlice": aggregates.replace_slices}[kind](list(state[kind].values()))
         return
     obj = event[1]
     kind, key = obj["kind"], _key(obj)
     if event[0] == "put":
         state[kind][key] = obj
-        {"Node": aggregates.put_node, "Pod": aggregates.put_pod, "Namespace": aggregates.put_namespace}[kind](obj)
+        {"Node": aggregates.put_node, "Pod": aggregates.put_pod, "Namespace": aggregates.put_namespace,
+         "ResourceSlice": aggregates.put_slice}[kind](obj)
     else:
         state[kind].pop(key, None)
         if kind == "Pod":
             aggregates.discard_pod(*key)
         else:
-            {"Node": aggregates.discard_node, "Namespace": aggregates.discard_namespace}[kind](key[1])
+            {"Node": aggregates.discard_node, "Namespace": aggregates.discard_namespace,
+             "ResourceSlice": aggregates.discard_slice}[kind](key[1])
+
+
+def _published(state: dict[str, dict[tuple[str, str], Any]], node: str) -> tuple[dict[tuple[str, str], int], Any]:
+    """A node's devices per (driver, type) and (driver, ""), and the oldest GPU driver they report: a scan."""
+    counts: Counter[tuple[str, str]] = Counter()
+    drivers: list[cuda.DriverVersion] = []
+    for obj in state["ResourceSlice"].values():
+        if obj["spec"]["nodeName"] != node:
+            continue
+        for device in obj["spec"]["devices"]:
+            kind = device["attributes"]["type"]["string"]
+            counts[(obj["spec"]["driver"], kind)] += 1
+            counts[(obj["spec"]["driver"], "")] += 1
+            if obj["spec"]["driver"] == "gpu.nvidia.com":
+                version = cuda.DriverVersion.parse(device["attributes"]["driverVersion"]["version"])
+                assert version is not None
+                drivers.append(version)
+    return dict(counts), min(drivers, default=None)
 
 
 def _expected_usage(state: dict[str, dict[tuple[str, str], Any]], model_label: str) -> dict[str, Counter[UsageKey]]:
@@ -178,9 +211,14 @@ def _nonzero(amounts: Mapping[UsageKey, Any]) -> dict[UsageKey, Any]:
 def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]]) -> None:
     aggregates = Aggregates()
     aggregates.gpu_usage(MODEL, [TEAM])  # asked from the start: every event goes through the incremental path
-    state: dict[str, dict[tuple[str, str], Any]] = {"Node": {}, "Pod": {}, "Namespace": {}}
+    state: dict[str, dict[tuple[str, str], Any]] = {"Node": {}, "Pod": {}, "Namespace": {}, "ResourceSlice": {}}
     for event in events:
         _apply(aggregates, state, event)
+    for group in aggregates.node_groups():
+        for name, node in group.members.items():
+            devices, slice_driver = _published(state, name)
+            assert dict(group.traits.devices) == devices
+            assert group.traits.driver == (cuda.node_driver(scheduling.node_labels(node)) or slice_driver)
     for model_label in (MODEL, "pool"):
         usage = aggregates.gpu_usage(model_label, [TEAM])
         expected = _expected_usage(state, model_label)
@@ -204,4 +242,15 @@ def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]
         placed = scheduling.NodeFilter(spec, {"nvidia.com/gpu": Decimal(1)}).placements(groups)
         expected_nodes = reference(spec, list(state["Node"].values()), {"nvidia.com/gpu": Decimal(1)}, [])
         assert sum(p.nodes for p in placed) == len(expected_nodes)
-        assert max((p.driver for p in placed if p.driver), default=None) == _newest_driver(expected_nodes)
+        drivers = [cuda.node_driver(scheduling.node_labels(n)) or _published(state, scheduling.node_name(n))[1]
+                   for n in expected_nodes]
+        assert max((p.driver for p in placed if p.driver), default=None) == max(filter(None, drivers), default=None)
+    # a pod claiming two GPUs lands only where a GPU driver publishes two GPU devices
+    two = {("gpu.nvidia.com", "gpu"): 2}
+    placed = scheduling.NodeFilter({"tolerations": [{"operator": "Exists"}]}, {}, (), two).placements(groups)
+    assert sorted(scheduling.node_name(n) for g in groups for n in g.members.values() if g.traits.devices.get(
+        ("gpu.nvidia.com", "gpu"), 0) >= 2) == sorted(m for p in placed for m in _members(groups, p.node))
+
+
+def _members(groups: Iterable[nodegroups.NodeGroup], shape: Mapping[str, Any]) -> list[str]:
+    return next(list(g.members) for g in groups if g.shape is shape)

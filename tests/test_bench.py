@@ -33,9 +33,10 @@ def test_bench_scale_prints_both_clusters_and_the_ratio() -> None:
     )
     out = result.stdout
     assert re.search(r"^mutation against the fleet: \d+ patch operations, steered: True$", out, re.M), out
-    for case in ("10 nodes", "200 nodes / 2,000 pods"):
-        assert re.search(rf"^mutate\+validate, {re.escape(case)}\s+median\s+[\d.]+ us$", out, re.M), out
-    assert re.search(r"^target: fleet <= 1.50x 10 nodes -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
+    for pod in ("training pod", "DRA claim pod"):
+        for case in ("10 nodes", "200 nodes / 2,000 pods"):
+            assert re.search(rf"^{pod}: mutate\+validate, {re.escape(case)}\s+median\s+[\d.]+ us$", out, re.M), out
+        assert re.search(rf"^target \({pod}\): fleet <= 1.50x 10 nodes -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
 
 
 def test_bench_index_syncs_a_real_server_and_prints_event_costs() -> None:

@@ -148,17 +148,48 @@ def _gpu(name: str, driver: str, kind: str = "gpu") -> dict[str, Any]:
             "driverVersion": {"version": driver}, "cudaDriverVersion": {"version": "12.8.0"}}
 
 
+def _node(name: str, **labels: str) -> dict[str, Any]:
+    return {"kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "status": {"allocatable": {"cpu": "64"}}}
+
+
 def test_driver_versions_come_from_resource_slices_for_nodes_without_gfd_labels() -> None:
     view = SnapshotView.from_objects([
+        _node("a"), _node("b"), _node("c"), _node("d", **{"nvidia.com/cuda.driver-version.full": "535.104.05"}),
         _slice("a", [_gpu("gpu-0", "570.124.6"), _gpu("gpu-1", "570.124.6")]),
         _slice("b", [_gpu("gpu-0", "550.54.15")], basic=True),  # v1beta1 nests attributes under basic
         {**_slice("c", []), "spec": {"driver": "other.example.com", "nodeName": "c",
                                      "devices": [{"name": "x", "attributes": {"driverVersion": {"version": "1.0.0"}}}]}},
+        _slice("d", [_gpu("gpu-0", "550.54.15")]),  # GFD's label wins where both are there
     ])
-    drivers = resource_slices.node_drivers(view)
-    assert {n: str(v) for n, v in drivers.items()} == {"a": "570.124.6", "b": "550.54.15"}
-    assert drivers["a"].parts == (570, 124, 6)
-    assert resource_slices.node_drivers(SnapshotView.from_objects([])) == {}  # slices unknown: nothing
+    drivers = {name: str(g.traits.driver) for g in view.node_groups() for name in g.members}
+    assert drivers == {"a": "570.124.6", "b": "550.54.15", "c": "None", "d": "535.104.05"}
+    devices = {name: dict(g.traits.devices) for g in view.node_groups() for name in g.members}
+    assert devices["a"] == {("gpu.nvidia.com", "gpu"): 2, ("gpu.nvidia.com", ""): 2}
+    assert devices["c"] == {("other.example.com", ""): 1}
+
+
+def test_a_pod_whose_gpus_come_from_claims_lands_only_where_devices_of_its_class_are() -> None:
+    """CPU nodes publish no GPU devices: they are not where a DRA GPU pod could run, so they
+    neither count as nodes without a driver label nor soften a denial into a warning."""
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "two", "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+           "spec": {"containers": [{"name": "c", "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+                                    "resources": {"claims": [{"name": "g"}]}}],
+                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "two"}]}}
+    old = [_gpu("gpu-0", "535.104.5"), _gpu("gpu-1", "535.104.5")]
+    cluster = [template, _node("cpu-0"), _node("cpu-1"), _node("one-new-gpu"), _node("old"),
+               _slice("one-new-gpu", [_gpu("gpu-0", "570.124.6")]), _slice("old", old)]
+    decision = engine.evaluate(shipped_policies(), Request.for_object(pod), SnapshotView.from_objects(cluster), "validate")
+    # only "old" publishes two GPUs; the CPU nodes and the one-GPU node are not where it could run
+    assert not decision.allowed
+    assert "the newest driver on the 1 node(s) it could land on is 535.104.5" in decision.message()
+    more = [*cluster, _node("new"), _slice("new", [_gpu("gpu-0", "570.124.6"), _gpu("gpu-1", "570.124.6")])]
+    steered = engine.evaluate(shipped_policies(), Request.for_object(pod), SnapshotView.from_objects(more), "validate")
+    assert steered.allowed and "only 1 of 2 node(s) it could land on have it" in " ".join(steered.warnings)
 
 
 def test_allocation_mode_all_counts_the_largest_node() -> None:

@@ -11,6 +11,7 @@ in the v1 shape.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
-from tests.e2e.fixtures import QUOTA_LABEL, wait_for_view
+from tests.e2e.fixtures import QUOTA_LABEL, register_node, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -114,3 +115,55 @@ def test_a_dra_pod_over_a_quota_cap_is_refused(
     assert DENIED in refused.value.message
     assert f"namespace {namespace} uses 2 of 2 nvidia.com/gpu" in refused.value.message, refused.value.message
     assert [p["metadata"]["name"] for p in admin.list("v1", "Pod", namespace)] == ["first"]
+
+
+def _dra_node(name: str, pool: str) -> Object:
+    """A node whose GPUs NVIDIA's DRA driver hands out: no GPU Feature Discovery labels, no nvidia.com/gpu."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "e2e-pool": pool}},
+            "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                       "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}
+
+
+def _gpu_slice(node: str, driver_version: str, gpus: int) -> Object:
+    """What NVIDIA's gpu-kubelet-plugin publishes for a node's GPUs (driverVersion a semver)."""
+    devices = [{"name": f"gpu-{i}", "attributes": {
+        "type": {"string": "gpu"}, "productName": {"string": "NVIDIA GeForce RTX 4090"},
+        "driverVersion": {"version": driver_version}}} for i in range(gpus)]
+    return {"apiVersion": V1, "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+
+
+def test_a_dra_pod_is_checked_against_the_driver_its_nodes_devices_report(
+    admin: Kube, admission: Admission, namespace: str, device_class: Object
+) -> None:
+    """Nodes without GFD labels: the driver version comes from their ResourceSlices, as the server's
+    watch delivers them; a node publishing no GPU (a CPU node of the pool) is not where the pod could run."""
+    pool = f"dra-{uuid.uuid4().hex[:6]}"
+    for name in (f"{pool}-gpu", f"{pool}-cpu"):
+        register_node(admin, admission, _dra_node(name, pool), ready=True)
+    admin.create(_gpu_slice(f"{pool}-gpu", "535.104.5", gpus=2))
+    wait_for_view(admin, admission, "resourceslices", V1, "ResourceSlice")
+    _store_template(admin, admission, template("one-gpu", namespace))
+    newer = dra_pod("cuda-12-4", namespace, "one-gpu")
+    newer["spec"]["containers"][0]["image"] = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"  # needs >= 550.54.15
+    newer["spec"]["nodeSelector"] = {"e2e-pool": pool}
+    with pytest.raises(Refused) as refused:
+        admin.create(newer)
+    assert DENIED in refused.value.message
+    assert "the newest driver on the 1 node(s) it could land on is 535.104.5" in refused.value.message, refused.value.message
+    # the driver is upgraded: the plugin republishes its slice, and the same pod is admitted
+    stored_slice = admin.get(V1, "ResourceSlice", f"{pool}-gpu-gpu.nvidia.com")
+    upgraded = _gpu_slice(f"{pool}-gpu", "550.54.15", gpus=2)
+    admin.patch(stored_slice, {"spec": {"devices": upgraded["spec"]["devices"]}},
+                content_type="application/merge-patch+json")
+    eventually(lambda: _admitted(admin, newer), what="the pod admitted once the slice reports driver 550.54.15")
+
+
+def _admitted(admin: Kube, pod: Object) -> bool:
+    try:
+        admin.create(pod, dry_run="All")
+    except Refused:
+        return False
+    return True

@@ -205,7 +205,7 @@ class _Feed:
 
 
 def _listener(aggregates: Aggregates, resource: Resource) -> Listener | None:
-    """Nodes, namespaces and pods keep the aggregates current; the other resources have none."""
+    """Nodes, namespaces, pods and ResourceSlices keep the aggregates current; the other resources have none."""
     if resource == "pods":
         return _Feed(aggregates.put_pod, aggregates.discard_pod, aggregates.replace_pods)
     if resource == "nodes":
@@ -213,4 +213,6 @@ def _listener(aggregates: Aggregates, resource: Resource) -> Listener | None:
     if resource == "namespaces":
         return _Feed(aggregates.put_namespace, lambda _, name: aggregates.discard_namespace(name),
                      aggregates.replace_namespaces)
+    if resource == "resourceslices":
+        return _Feed(aggregates.put_slice, lambda _, name: aggregates.discard_slice(name), aggregates.replace_slices)
     return None

@@ -5,14 +5,16 @@ object by object (the server's watch threads, one event at a time) or all at
 once (a snapshot, a relist), and keeps:
 
 - the nodes in groups (:mod:`webhook.policy.nodegroups`), for "which kinds
-  of node could this pod land on, and what drivers do they run";
+  of node could this pod land on, and what drivers do they run", each node
+  with the devices its ResourceSlices publish (:mod:`webhook.policy.node_devices`);
 - the GPUs held per namespace and per team (:mod:`webhook.policy.usage`),
   for each model label a policy asks about, joined with the node a pod is
   bound to (its GPU model) and its namespace's labels (its team).
 
 One event costs O(1) in the size of the cluster: a node change touches its
 group and, when its model label changes, the pods bound to it; a pod change
-touches its namespace's and team's sums; a namespace relabel moves its sums.
+touches its namespace's and team's sums; a namespace relabel moves its sums;
+a ResourceSlice change regroups its node.
 Writers hold a lock (several watch threads feed one instance); readers take
 none: every answer is an immutable object published by one assignment.
 
@@ -27,6 +29,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.policy.node_devices import SliceIndex
 from webhook.policy.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
 from webhook.policy.usage import GpuUsage, PodKey, Share, UsageView, share_of
 
@@ -71,6 +74,7 @@ class Aggregates:
         self._claim_pod_list: tuple[Object, ...] = ()
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._groups = NodeGroups()
+        self._slices = SliceIndex()
         self._usage: dict[str, GpuUsage] = {}
 
     # ------------------------------------------------------------ readers
@@ -110,7 +114,7 @@ class Aggregates:
             name = name_of(node)
             old = self._nodes.get(name)
             self._nodes[name] = node
-            self._groups.put(node)
+            self._groups.put(node, self._slices.of_node(name))
             self._remodel(name, old, node)
 
     def discard_node(self, name: str) -> None:
@@ -123,7 +127,7 @@ class Aggregates:
     def replace_nodes(self, nodes: Iterable[Object]) -> None:
         with self._lock:
             self._nodes = {name_of(n): n for n in nodes if isinstance(n, Mapping)}
-            self._groups.replace(self._nodes.values())
+            self._groups.replace(self._nodes.values(), self._slices.of_node)
             for usage in self._usage.values():
                 usage.rebuild(self._shares(usage))
 
@@ -136,6 +140,28 @@ class Aggregates:
             if before != after:
                 for key in self._on_node.get(name, ()):
                     usage.set(key, self._share(usage, key))
+
+    # ------------------------------------------------------------ ResourceSlices
+
+    def put_slice(self, obj: Object) -> None:
+        with self._lock:
+            self._regroup(self._slices.put(obj))
+
+    def discard_slice(self, name: str) -> None:
+        with self._lock:
+            self._regroup(self._slices.discard(name))
+
+    def replace_slices(self, objs: Iterable[Object]) -> None:
+        with self._lock:
+            self._slices.replace(objs)
+            self._groups.replace(self._nodes.values(), self._slices.of_node)
+
+    def _regroup(self, names: Iterable[str]) -> None:
+        """Nodes whose published devices changed move to the group of their new devices."""
+        for name in names:
+            node = self._nodes.get(name)
+            if node is not None:
+                self._groups.put(node, self._slices.of_node(name))
 
     # ------------------------------------------------------------ pods
 

@@ -12,7 +12,10 @@ node rules can tell apart, less what differs on every node:
   ignores those, so a NotReady node stays in its pool's group);
 - the names of the allocatable resources, and the amounts of the extended
   ones (names with a ``/``: GPUs, MIG slices; not cpu or memory, which
-  differ by a few KiB from node to node).
+  differ by a few KiB from node to node);
+- the devices DRA drivers publish on it in ResourceSlices, per driver and
+  type, and the GPU driver version they report
+  (:class:`webhook.policy.node_devices.NodeDevices`).
 
 A group answers through its ``shape``, a node object made of that key, and
 knows its members by name. A pod whose constraints read what differs per node
@@ -29,12 +32,13 @@ share a group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from webhook.policy import cuda, quantity
+from webhook.policy.node_devices import NodeDevices
 
 Object = Mapping[str, Any]
 
@@ -56,7 +60,7 @@ CONDITION_TAINTS: frozenset[str] = frozenset(
                 "pid-pressure", "network-unavailable", "out-of-service")
 )
 
-Key = tuple[frozenset[Any], frozenset[Any], frozenset[Any]]
+Key = tuple[frozenset[Any], frozenset[Any], frozenset[Any], Any]
 
 
 def name_of(node: Object) -> str:
@@ -96,16 +100,16 @@ def _h(value: Any) -> Any:
     return value if type(value) is str else (type(value).__name__, repr(value))
 
 
-def key_of(node: Object) -> Key:
+def key_of(node: Object, devices: NodeDevices | None = None) -> Key:
     labels = frozenset((_h(k), _h(v)) for k, v in labels_of(node).items() if k not in PER_NODE_LABELS)
     taints = frozenset((_h(t.get("key")), _h(t.get("value")), _h(t.get("effect"))) for t in blocking_taints(node))
     resources = frozenset(
         (_h(k), _h(v)) if isinstance(k, str) and is_extended(k) else _h(k) for k, v in _allocatable(node).items()
     )
-    return labels, taints, resources
+    return labels, taints, resources, devices.key if devices is not None else None
 
 
-def shape_of(node: Object) -> dict[str, Any]:
+def shape_of(node: Object, devices: NodeDevices | None = None) -> dict[str, Any]:
     """The node as its group's key describes it: what every member shares."""
     labels = {k: v for k, v in labels_of(node).items() if k not in PER_NODE_LABELS}
     allocatable = {k: v for k, v in _allocatable(node).items() if isinstance(k, str) and is_extended(k)}
@@ -115,6 +119,7 @@ def shape_of(node: Object) -> dict[str, Any]:
         "status": {"allocatable": allocatable},
         # names of every allocatable resource, extended or not
         "resources": frozenset(_allocatable(node)),
+        "devices": devices,
     }
 
 
@@ -125,14 +130,23 @@ class Traits:
     labels: Mapping[str, Any]
     taints: list[Mapping[str, Any]]
     amounts: Mapping[str, Decimal]  # allocatable extended resources, parsed (invalid ones left out)
+    #: the GPU driver: GFD's labels, else what the node's DRA devices report
     driver: cuda.DriverVersion | None
+    #: devices published in ResourceSlices per (driver, type) and (driver, "") ({} when none)
+    devices: Mapping[tuple[str, str], int]
+    #: the GPU product its DRA devices name, GFD-spelled ("" when none does)
+    device_product: str
 
     @classmethod
     def of(cls, shape: Mapping[str, Any]) -> Traits:
         labels = shape["metadata"]["labels"]
         parsed = {k: quantity.parse_quantity(v) for k, v in shape["status"]["allocatable"].items()}
         amounts = {k: v for k, v in parsed.items() if v is not None}
-        return cls(labels, shape["spec"]["taints"], amounts, cuda.node_driver(labels))
+        devices: NodeDevices | None = shape.get("devices")
+        driver = cuda.node_driver(labels) or (devices.driver if devices is not None else None)
+        if devices is None:
+            return cls(labels, shape["spec"]["taints"], amounts, driver, {}, "")
+        return cls(labels, shape["spec"]["taints"], amounts, driver, devices.counts, devices.product)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,30 +191,36 @@ class NodeGroups:
         self.groups: tuple[NodeGroup, ...] = ()
         self.replace(nodes)
 
-    def replace(self, nodes: Iterable[Object]) -> None:
+    def replace(self, nodes: Iterable[Object], devices_of: Callable[[str], NodeDevices | None] | None = None) -> None:
+        """All nodes anew; ``devices_of`` gives a node's published devices by name."""
         members: dict[Key, dict[str, Object]] = {}
         key_of_name: dict[str, Key] = {}
+        devices: dict[Key, NodeDevices | None] = {}
         for node in nodes:
             if not isinstance(node, Mapping):
                 continue
-            name, key = name_of(node), key_of(node)
+            name = name_of(node)
+            published = devices_of(name) if devices_of is not None else None
+            key = key_of(node, published)
             old = key_of_name.get(name)
             if old is not None:  # a name twice (snapshot files): the later object wins
                 members[old].pop(name)
             key_of_name[name] = key
             members.setdefault(key, {})[name] = node
+            devices[key] = published
         self._key_of = key_of_name
-        self._groups = {k: _group(next(iter(m.values())), m) for k, m in members.items() if m}
+        self._groups = {k: _group(next(iter(m.values())), m, devices[k]) for k, m in members.items() if m}
         self.groups = tuple(self._groups.values())
 
-    def put(self, node: Object) -> None:
-        name, key = name_of(node), key_of(node)
+    def put(self, node: Object, devices: NodeDevices | None = None) -> None:
+        """Add or regroup a node (with the devices its ResourceSlices publish)."""
+        name, key = name_of(node), key_of(node, devices)
         old = self._key_of.get(name)
         if old is not None and old != key:
             self._remove(old, name)
         group = self._groups.get(key)
         if group is None:
-            self._groups[key] = _group(node, {name: node})
+            self._groups[key] = _group(node, {name: node}, devices)
         else:
             self._groups[key] = NodeGroup(group.shape, group.traits, {**group.members, name: node}, max(group.last, name))
         self._key_of[name] = key
@@ -221,6 +241,6 @@ class NodeGroups:
         self._groups[key] = NodeGroup(group.shape, group.traits, members, max(members) if name == group.last else group.last)
 
 
-def _group(node: Object, members: Mapping[str, Object]) -> NodeGroup:
-    shape = shape_of(node)
+def _group(node: Object, members: Mapping[str, Object], devices: NodeDevices | None) -> NodeGroup:
+    shape = shape_of(node, devices)
     return NodeGroup(shape, Traits.of(shape), members, max(members))

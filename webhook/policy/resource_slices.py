@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.policy.cuda import DriverVersion
 from webhook.policy.device_classes import DeviceClassInfo
-from webhook.policy.view import ClusterView
+
+if TYPE_CHECKING:  # the view's aggregates read slices through this module
+    from webhook.policy.view import ClusterView
 
 @dataclass(frozen=True)
 class Device:
@@ -35,15 +36,20 @@ class Device:
 
 def devices(view: ClusterView) -> list[Device]:
     """Every device of the view's ResourceSlices."""
+    return [device for obj in view.resource_slices() for device in slice_devices(obj)]
+
+
+def slice_devices(obj: Mapping[str, Any]) -> list[Device]:
+    """The devices one ResourceSlice publishes."""
+    spec = _map(obj.get("spec"))
+    node, driver = str(spec.get("nodeName") or ""), str(spec.get("driver") or "")
+    pool = str(_map(spec.get("pool")).get("name") or "")
     found: list[Device] = []
-    for obj in view.resource_slices():
-        spec = _map(obj.get("spec"))
-        node, driver = str(spec.get("nodeName") or ""), str(spec.get("driver") or "")
-        pool = str(_map(spec.get("pool")).get("name") or "")
-        for device in spec.get("devices") or ():
-            raw = _map(device)
-            attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
-            found.append(Device(node, driver, pool, str(raw.get("name") or ""), attributes))
+    raw_devices = spec.get("devices")
+    for device in raw_devices if isinstance(raw_devices, list) else ():
+        raw = _map(device)
+        attributes = _map(raw.get("attributes")) or _map(_map(raw.get("basic")).get("attributes"))
+        found.append(Device(node, driver, pool, str(raw.get("name") or ""), attributes))
     return found
 
 
@@ -79,26 +85,21 @@ def largest_node_count(view: ClusterView, info: DeviceClassInfo) -> int:
 
 
 def largest_node(view: ClusterView, info: DeviceClassInfo) -> tuple[int, str]:
-    """(devices, node) of the node publishing the most devices of this class; (0, "") when none does."""
+    """(devices, node) of the node publishing the most devices of this class; (0, "") when none does.
+
+    Read from the node groups, whose key holds each node's published devices
+    (webhook.policy.node_devices): a lookup per group, not a scan of every
+    device. Without the nodes (a snapshot of ResourceSlices alone) the
+    devices are counted per ``nodeName``.
+    """
+    if view.availability("nodes").known:
+        kind = (info.driver, info.device_type)
+        return max(((n, g.last) for g in view.node_groups() if (n := g.traits.devices.get(kind, 0))), default=(0, ""))
     per_node: dict[str, int] = {}
     for device in devices(view):
         if device.node and of_class(device, info):
             per_node[device.node] = per_node.get(device.node, 0) + 1
     return max(((n, node) for node, n in per_node.items()), default=(0, ""))
-
-
-def node_drivers(view: ClusterView, driver: str = "gpu.nvidia.com") -> dict[str, DriverVersion]:
-    """Node name → the GPU driver version its devices report (``driverVersion``), for CUDA checks
-    on nodes without GPU Feature Discovery labels. Nodes whose devices disagree get the oldest."""
-    found: dict[str, DriverVersion] = {}
-    if not view.availability("resourceslices").known:
-        return found
-    for device in devices(view):
-        text = device.text("driverVersion") if device.node and device.driver == driver else None
-        version = DriverVersion.parse(text) if text else None
-        if version is not None and (device.node not in found or version < found[device.node]):
-            found[device.node] = version
-    return found
 
 
 def _map(value: Any) -> Mapping[str, Any]:

@@ -120,6 +120,8 @@ class Placement(NamedTuple):
     node: Object
     nodes: int  # how many nodes it stands for
     driver: cuda.DriverVersion | None
+    #: the GPU product its DRA devices name ("" when none does; GFD's label is on the node)
+    device_product: str = ""
 
 
 class NodeFilter:
@@ -129,7 +131,13 @@ class NodeFilter:
     thousands of nodes, so nothing about the pod is worked out per node.
     """
 
-    def __init__(self, spec: Object, needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = ()) -> None:
+    def __init__(
+        self, spec: Object, needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = (),
+        devices: Mapping[tuple[str, str], int] | None = None,
+    ) -> None:
+        #: DRA devices the pod's claims take on its node, per (driver, type): only nodes
+        #: publishing that many in ResourceSlices admit it (None: the pod's claims are not checked)
+        self.devices = devices
         self.pinned = spec.get("nodeName")
         selector = spec.get("nodeSelector")
         self.selector = [(str(k), str(v)) for k, v in selector.items()] if isinstance(selector, Mapping) else []
@@ -170,7 +178,13 @@ class NodeFilter:
         if not _taints_tolerated(self.tolerations, traits.taints):
             return False
         amounts = traits.amounts
-        return all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs)
+        if not all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs):
+            return False
+        return self._devices_fit(traits)
+
+    def _devices_fit(self, traits: nodegroups.Traits) -> bool:
+        published = traits.devices
+        return self.devices is None or all(published.get(kind, 0) >= n for kind, n in self.devices.items())
 
     def select(self, nodes: Iterable[Object]) -> list[Object]:
         return [node for node in nodes if self.admits(node)]
@@ -183,13 +197,16 @@ class NodeFilter:
         member answers for itself, with count 1.
         """
         if not self.per_node:
-            return [Placement(g.shape, len(g.members), g.traits.driver) for g in groups if self._group_admits(g.traits)]
+            return [Placement(g.shape, len(g.members), g.traits.driver, g.traits.device_product)
+                    for g in groups if self._group_admits(g.traits)]
+        # a member's driver and devices are its group's (both are part of the group's key)
         if self.pinned:
             name = str(self.pinned)
-            found = [g.members[name] for g in groups if name in g.members]
+            found = [(g, g.members[name]) for g in groups if name in g.members]
         else:
-            found = [node for g in groups for node in g.members.values()]
-        return [Placement(n, 1, cuda.node_driver(node_labels(n))) for n in found if self.admits(n)]
+            found = [(g, node) for g in groups for node in g.members.values()]
+        return [Placement(n, 1, g.traits.driver, g.traits.device_product)
+                for g, n in found if self._devices_fit(g.traits) and self.admits(n)]
 
 
 def eligible_nodes(

@@ -178,6 +178,7 @@ class SnapshotView:
     @cached_property
     def _aggregates(self) -> Aggregates:
         aggregates = Aggregates()
+        aggregates.replace_slices(self._of("ResourceSlice"))
         aggregates.replace_nodes(self._of("Node"))
         aggregates.replace_namespaces(self._of("Namespace"))
         aggregates.replace_pods(self._of("Pod"))

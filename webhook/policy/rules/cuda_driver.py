@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, resource_slices, scheduling, severity
+from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
@@ -154,59 +154,52 @@ def _branches(cfg: CudaDriverRule, image: str, found: images.Inferred) -> tuple[
 
 def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -> _Nodes:
     asks = {n: c for n, c in ctx.extended_gpus().items() if c > 0}
-    node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg))
+    node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg), _claimed_devices(ctx))
     result = _Nodes()
-    # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike
-    for node, count, driver in _placements(ctx, node_filter):
+    # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike;
+    # nodes without GFD's driver labels answer with the driver their DRA devices report
+    for node, count, driver, device_product in node_filter.placements(ctx.view.node_groups()):
         result.counts[id(node)] = count
         result.eligible.append(node)
         if driver is None:
             result.unlabelled.append(node)
             continue
         result.drivers[id(node)] = driver
-        if all(_runs(cfg, need, node, driver) for need in needs):
+        if all(_runs(cfg, need, node, driver, device_product) for need in needs):
             result.capable.append(node)
         else:
             result.incapable.append(node)
     return result
 
 
-def _placements(ctx: RuleContext, node_filter: scheduling.NodeFilter) -> list[scheduling.Placement]:
-    """The node filter's placements; nodes without GFD driver labels take the driver their
-    DRA devices publish in ResourceSlices (read only then; their group is split by it)."""
-    groups = ctx.view.node_groups()
-    placements = node_filter.placements(groups)
-    if all(p.driver is not None for p in placements):
-        return placements
-    slice_drivers = resource_slices.node_drivers(ctx.view)
-    if not slice_drivers:
-        return placements
-    found: list[scheduling.Placement] = []
-    for group in groups:
-        for placement in node_filter.placements([group]):
-            if placement.driver is not None:
-                found.append(placement)
-                continue
-            members = [placement.node] if placement.nodes == 1 else list(group.members.values())
-            by_driver: dict[cuda.DriverVersion | None, list[Node]] = {}
-            for member in members:
-                by_driver.setdefault(slice_drivers.get(scheduling.node_name(member)), []).append(member)
-            found.extend(scheduling.Placement(same[0], len(same), driver) for driver, same in by_driver.items())
-    return found
+def _claimed_devices(ctx: RuleContext) -> dict[tuple[str, str], int] | None:
+    """The devices the pod's GPU claims take on its node, per (driver, type), when ResourceSlices are known."""
+    claims = ctx.claims
+    if claims is None or not claims.per_class or not ctx.view.availability("resourceslices").known:
+        return None
+    wanted: dict[tuple[str, str], int] = {}
+    for name, count in claims.per_class.items():
+        info = ctx.device_classes.get(name)
+        if info is not None:
+            kind = (info.driver, info.device_type)
+            wanted[kind] = wanted.get(kind, 0) + count
+    return wanted
 
 
-def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersion) -> bool:
+def _runs(cfg: CudaDriverRule, need: _Need, node: Node, driver: cuda.DriverVersion, device_product: str) -> bool:
     if need.driver <= driver:
         return True
-    return any(b.admits(driver) for b in need.branches) and _data_center(cfg, node)
+    return any(b.admits(driver) for b in need.branches) and _data_center(cfg, node, device_product)
 
 
-def _data_center(cfg: CudaDriverRule, node: Node) -> bool:
-    """Whether the node's GPUs run forward compatibility: the policy's selector, else the GPU product."""
+def _data_center(cfg: CudaDriverRule, node: Node, device_product: str) -> bool:
+    """Whether the node's GPUs run forward compatibility: the policy's selector, else the GPU
+    product (GFD's label, else the productName its DRA devices publish)."""
     compat, labels = cfg.forwardCompat, scheduling.node_labels(node)
     if compat.nodes is not None:
         return match.selector_matches(compat.nodes, labels)
-    return gpu_products.is_data_center(str(labels.get(compat.productLabel, "")), tuple(compat.dataCenterProducts))
+    product = str(labels.get(compat.productLabel) or device_product)
+    return gpu_products.is_data_center(product, tuple(compat.dataCenterProducts))
 
 
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
