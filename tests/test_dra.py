@@ -231,3 +231,21 @@ def test_malformed_claims_and_pods_never_break_the_engine(spec: Any, claims: Any
                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"claims": claims}}],
                         "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "t"}, claims]}}
         engine.evaluate(policies, Request.for_object(pod), view, phase)
+
+
+@pytest.mark.parametrize(("product", "runs"), [("NVIDIA A100-SXM4-80GB", True), ("NVIDIA GeForce RTX 4090", False)])
+def test_forward_compatibility_reads_the_product_a_dra_node_publishes(product: str, runs: bool) -> None:
+    """NGC PyTorch 24.01 (CUDA 12.3) runs on R535 through cuda-compat on data-center GPUs only; a node
+    without GFD labels says which GPU it has through its devices' productName."""
+    device = _gpu("gpu-0", "535.104.5")
+    device["productName"] = {"string": product}
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one", "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+           "spec": {"containers": [{"name": "c", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+                                    "resources": {"claims": [{"name": "g"}]}}],
+                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "one"}]}}
+    view = SnapshotView.from_objects([template, _node("n"), _slice("n", [device])])
+    decision = engine.evaluate(shipped_policies(), Request.for_object(pod), view, "validate")
+    assert decision.allowed is runs, decision.message()
