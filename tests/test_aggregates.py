@@ -119,10 +119,12 @@ def a_namespace(draw: Any) -> dict[str, Any]:
 def a_slice(draw: Any) -> dict[str, Any]:
     """A node-local ResourceSlice (its devices' attributes as NVIDIA's gpu-kubelet-plugin writes them)."""
     driver = draw(st.sampled_from(["gpu.nvidia.com", "other.example.com"]))
-    devices = [{"name": f"d{i}", "attributes": {"type": {"string": draw(st.sampled_from(["gpu", "mig"]))},
-                                                 "driverVersion": {"version": draw(st.sampled_from(["535.104.5", "570.124.6"]))}}}
-               for i in range(draw(st.integers(0, 3)))]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"s{draw(st.integers(0, 3))}"},
+    name = f"s{draw(st.integers(0, 3))}"
+    devices = [{"name": f"{name}-d{i}", "attributes": {
+        "type": {"string": draw(st.sampled_from(["gpu", "mig"]))},
+        "driverVersion": {"version": draw(st.sampled_from(["535.104.5", "570.124.6"]))}}}
+        for i in range(draw(st.integers(0, 3)))]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
             "spec": {"driver": driver, "nodeName": draw(st.sampled_from(NODE_NAMES)), "pool": {"name": "p"}, "devices": devices}}
 
 
@@ -214,6 +216,11 @@ def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]
     state: dict[str, dict[tuple[str, str], Any]] = {"Node": {}, "Pod": {}, "Namespace": {}, "ResourceSlice": {}}
     for event in events:
         _apply(aggregates, state, event)
+    for obj in state["ResourceSlice"].values():  # what a claim's allocation names is found by its names
+        for device in obj["spec"]["devices"]:
+            found = aggregates.published_device(obj["spec"]["driver"], "p", device["name"])
+            assert found is not None and found.attributes == device["attributes"]
+    assert aggregates.published_device("gpu.nvidia.com", "p", "gone") is None
     for group in aggregates.node_groups():
         for name, node in group.members.items():
             devices, slice_driver = _published(state, name)

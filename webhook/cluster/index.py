@@ -25,6 +25,7 @@ from webhook.cluster.store import CLUSTER, Listener, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.policy.aggregates import Aggregates
 from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.resource_slices import Device
 from webhook.policy.usage import UsageView
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
 from webhook.policy.view import RESOURCES, Availability, Object, Resource
@@ -193,6 +194,9 @@ class ClusterIndex:
 
     def resource_slices(self) -> Collection[Object]:
         return self._snapshot("resourceslices").in_namespace(CLUSTER)
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self._aggregates.published_device(driver, pool, name)
 
 
 @dataclass(frozen=True)

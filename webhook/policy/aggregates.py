@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.policy.node_devices import SliceIndex
+from webhook.policy.resource_slices import Device
 from webhook.policy.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
 from webhook.policy.usage import GpuUsage, PodKey, Share, UsageView, share_of
 
@@ -81,6 +82,9 @@ class Aggregates:
 
     def node_groups(self) -> tuple[NodeGroup, ...]:
         return self._groups.groups
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self._slices.device(driver, pool, name)
 
     def claim_pods(self) -> tuple[Object, ...]:
         """The pods that name resourceClaims (few, on most clusters)."""

@@ -11,7 +11,8 @@ event regroups one node and an admission reads a few dozen groups, never
 every device of the cluster.
 
 Slices without ``nodeName`` (devices reachable from several nodes) are not
-per-node devices and are not counted here.
+per-node devices and are not counted per node; every device is found by the
+(driver, pool, name) a claim's allocation result gives.
 """
 
 from __future__ import annotations
@@ -82,26 +83,36 @@ class SliceIndex:
         self._slices: dict[str, tuple[str, tuple[Device, ...]]] = {}  # slice name → (node, its devices)
         self._on_node: dict[str, set[str]] = {}  # node → names of its slices
         self._summary: dict[str, NodeDevices | None] = {}  # node → its devices, worked out when asked
+        #: every device by (driver, pool, name), node-local or not: what a claim's allocation names.
+        #: Changed in place by the writer; readers only look single keys up (atomic under the GIL)
+        self._by_id: dict[tuple[str, str, str], Device] = {}
 
     def put(self, obj: Object) -> set[str]:
         """Add or replace a slice; the nodes whose devices changed."""
         name = _name(obj)
         touched = self._drop(name)
-        devices = tuple(d for d in slice_devices(obj) if d.node)
+        devices = tuple(slice_devices(obj))
         if devices:
             node = devices[0].node
             self._slices[name] = (node, devices)
-            self._on_node.setdefault(node, set()).add(name)
-            self._summary.pop(node, None)
-            touched.add(node)
+            for device in devices:
+                self._by_id[(device.driver, device.pool, device.name)] = device
+            if node:
+                self._on_node.setdefault(node, set()).add(name)
+                self._summary.pop(node, None)
+                touched.add(node)
         return touched
+
+    def device(self, driver: str, pool: str, name: str) -> Device | None:
+        """A published device by the names a claim's allocation result gives."""
+        return self._by_id.get((driver, pool, name))
 
     def discard(self, name: str) -> set[str]:
         """Remove a slice; the nodes whose devices changed."""
         return self._drop(name)
 
     def replace(self, objs: Iterable[Object]) -> None:
-        self._slices, self._on_node, self._summary = {}, {}, {}
+        self._slices, self._on_node, self._summary, self._by_id = {}, {}, {}, {}
         for obj in objs:
             if isinstance(obj, Mapping):
                 self.put(obj)
@@ -118,6 +129,12 @@ class SliceIndex:
         if old is None:
             return set()
         node = old[0]
+        for device in old[1]:
+            key = (device.driver, device.pool, device.name)
+            if self._by_id.get(key) is device:  # not republished by another slice meanwhile
+                del self._by_id[key]
+        if not node:
+            return set()
         names = self._on_node.get(node, set())
         names.discard(name)
         if not names:

@@ -54,9 +54,10 @@ def slice_devices(obj: Mapping[str, Any]) -> list[Device]:
 
 
 def allocated(view: ClusterView, results: list[Any]) -> list[Device]:
-    """The devices a claim's ``status.allocation.devices.results`` name (those the view has)."""
-    wanted = {(str(_map(r).get("driver")), str(_map(r).get("pool")), str(_map(r).get("device"))) for r in results}
-    return [d for d in devices(view) if (d.driver, d.pool, d.name) in wanted]
+    """The devices a claim's ``status.allocation.devices.results`` name (those the view has): a lookup each."""
+    found = (view.published_device(str(_map(r).get("driver")), str(_map(r).get("pool")), str(_map(r).get("device")))
+             for r in results)
+    return [d for d in found if d is not None]
 
 
 def attribute(attributes: Mapping[str, Any], name: str, domain: str) -> str | None:

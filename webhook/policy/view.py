@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 from webhook.policy.aggregates import Aggregates
 from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.resource_slices import Device
 from webhook.policy.usage import UsageView
 from webhook.policy.images import ImageConfig
 
@@ -109,6 +110,9 @@ class ClusterView(Protocol):
 
     def resource_slices(self) -> Iterable[Object]:
         """All ResourceSlices (devices a driver publishes, per node or pool)."""
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        """The device of a ResourceSlice by the names a claim's allocation gives, or None."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,9 @@ class SnapshotView:
 
     def resource_slices(self) -> Iterable[Object]:
         return self._of("ResourceSlice")
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self._aggregates.published_device(driver, pool, name)
 
     def _named_in(self, kind: str, namespace: str, name: str) -> Object | None:
         # a manifest without a namespace lands in whichever one it is applied to, as the pod naming it does

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from webhook.policy.images import ImageConfig
 from webhook.policy.nodegroups import NodeGroup
+from webhook.policy.resource_slices import Device
 from webhook.policy.usage import UsageView
 from webhook.policy.view import Availability, ClusterView, Object, Resource
 from webhook.registry.resolver import Resolver
@@ -60,6 +61,9 @@ class ResolvedView:
 
     def resource_slices(self) -> Iterable[Object]:
         return self.base.resource_slices()
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self.base.published_device(driver, pool, name)
 
     def image_config(self, image: str) -> ImageConfig | None:
         return self.resolver.image_config(image) or self.base.image_config(image)
