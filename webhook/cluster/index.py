@@ -23,7 +23,7 @@ from webhook.cluster.metrics import IndexCollector, Reading
 from webhook.cluster.state import ResourceState
 from webhook.cluster.store import CLUSTER, Listener, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
-from webhook.policy.aggregates import Aggregates
+from webhook.policy.aggregates import AggregateAnswers, Aggregates
 from webhook.policy.nodegroups import NodeGroup
 from webhook.policy.resource_slices import Device
 from webhook.policy.usage import UsageView
@@ -33,7 +33,7 @@ from webhook.policy.view import RESOURCES, Availability, Object, Resource
 _POLL = 0.02  # seconds between checks in wait_synced() and stop()
 
 
-class ClusterIndex:
+class ClusterIndex(AggregateAnswers):
     """List+watch of the resources the loaded policies need, as a ClusterView.
 
     ``resources`` picks what is watched (default: all six). Pods are kept
@@ -170,14 +170,8 @@ class ClusterIndex:
     def runtime_class(self, name: str) -> Object | None:
         return self._snapshot("runtimeclasses").get(CLUSTER, name)
 
-    def node_groups(self) -> Sequence[NodeGroup]:
-        return self._aggregates.node_groups()
-
-    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
-        return self._aggregates.gpu_usage(model_label, team_labels)
-
-    def claim_pods(self) -> Iterable[Object]:
-        return self._aggregates.claim_pods()
+    def aggregates(self) -> Aggregates:
+        return self._aggregates
 
     def image_config(self, image: str) -> None:
         """Image configs come from the registry resolver (webhook.registry), which wraps this view."""
@@ -194,9 +188,6 @@ class ClusterIndex:
 
     def resource_slices(self) -> Collection[Object]:
         return self._snapshot("resourceslices").in_namespace(CLUSTER)
-
-    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
-        return self._aggregates.published_device(driver, pool, name)
 
 
 @dataclass(frozen=True)

@@ -260,3 +260,23 @@ class Aggregates:
 
     def _labels_of(self, namespace: str) -> Mapping[str, str]:
         return self._ns_labels.get(namespace, {})
+
+
+class AggregateAnswers:
+    """The view methods a view's :class:`Aggregates` answers: one definition for the
+    server's index and the snapshot view."""
+
+    def aggregates(self) -> Aggregates:
+        raise NotImplementedError
+
+    def node_groups(self) -> tuple[NodeGroup, ...]:
+        return self.aggregates().node_groups()
+
+    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
+        return self.aggregates().gpu_usage(model_label, team_labels)
+
+    def claim_pods(self) -> tuple[Object, ...]:
+        return self.aggregates().claim_pods()
+
+    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self.aggregates().published_device(driver, pool, name)

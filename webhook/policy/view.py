@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from webhook.policy.aggregates import Aggregates
+from webhook.policy.aggregates import AggregateAnswers, Aggregates
 from webhook.policy.nodegroups import NodeGroup
 from webhook.policy.resource_slices import Device
 from webhook.policy.usage import UsageView
@@ -116,7 +116,7 @@ class ClusterView(Protocol):
 
 
 @dataclass(frozen=True)
-class SnapshotView:
+class SnapshotView(AggregateAnswers):
     """A view over a fixed set of objects: for the audit CLI and for tests.
 
     Resources in ``known`` answer as synced; the others as unknown, so rules
@@ -179,6 +179,9 @@ class SnapshotView:
                 by_namespace.setdefault(_namespace(obj), []).append(obj)
         return found
 
+    def aggregates(self) -> Aggregates:
+        return self._aggregates
+
     @cached_property
     def _aggregates(self) -> Aggregates:
         aggregates = Aggregates()
@@ -206,15 +209,6 @@ class SnapshotView:
     def runtime_class(self, name: str) -> Object | None:
         return self._by_name["RuntimeClass"].get(name)
 
-    def node_groups(self) -> Sequence[NodeGroup]:
-        return self._aggregates.node_groups()
-
-    def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
-        return self._aggregates.gpu_usage(model_label, team_labels)
-
-    def claim_pods(self) -> Iterable[Object]:
-        return self._aggregates.claim_pods()
-
     def image_config(self, image: str) -> ImageConfig | None:
         return self.image_configs.get(image.strip())
 
@@ -229,9 +223,6 @@ class SnapshotView:
 
     def resource_slices(self) -> Iterable[Object]:
         return self._of("ResourceSlice")
-
-    def published_device(self, driver: str, pool: str, name: str) -> Device | None:
-        return self._aggregates.published_device(driver, pool, name)
 
     def _named_in(self, kind: str, namespace: str, name: str) -> Object | None:
         # a manifest without a namespace lands in whichever one it is applied to, as the pod naming it does
