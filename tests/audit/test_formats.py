@@ -160,3 +160,17 @@ def _on_a_terminal(command: list[str], env: dict[str, str]) -> str:
         return b"".join(chunks).decode()
     finally:
         os.close(primary)
+
+
+def test_report_lines_hold_what_a_manifest_can_hold() -> None:
+    """Values orjson refuses (an integer past 64 bits, bytes from !!binary) still make JSON; dates are RFC 3339."""
+    import datetime
+
+    from webhook.audit.report.run import dump_json
+
+    value = {"results": [{"patch": [{"value": 2**70}]}, {"patch": [{"value": b"\x00"}]},
+                         {"patch": [{"value": datetime.date(2001, 12, 14)}], "labels": {1: "int key"}}]}  # fmt: skip
+    text = dump_json(value, expand=2)
+    assert json.loads(text) == {"results": [{"patch": [{"value": 2**70}]}, {"patch": [{"value": "b'\\x00'"}]},
+                                            {"patch": [{"value": "2001-12-14"}], "labels": {"1": "int key"}}]}  # fmt: skip
+    assert len(text.splitlines()) == 7  # one line per result
