@@ -100,12 +100,12 @@ def run(args: argparse.Namespace) -> int:
 
 def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     _check_usage(args)
-    with _fewer_collections():
+    with fewer_collections():
         return _audit(args, stdin, stdout, stderr)
 
 
 @contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
+def fewer_collections() -> Iterator[None]:
     """The cyclic garbage collector runs less often during a run (reference counting frees as before).
 
     A run holds every document it read and every result until the report is

@@ -77,8 +77,8 @@ def judge(policies: loader.PolicySet, view: ClusterView, document: Document, nam
     if (request.group, request.kind) not in policies.kinds and not is_claim(request.group, request.kind):
         return None
     mutation = engine.evaluate(policies, request, view, "mutate")
-    patched = mutation.patched if mutation.patch else obj
-    validation = engine.evaluate(policies, Request.for_object(patched, namespace=namespace), view, "validate")
+    validated = Request.for_object(mutation.patched, namespace=namespace) if mutation.patch else request
+    validation = engine.evaluate(policies, validated, view, "validate")
     return Result(document, request, mutation, validation)
 
 
