@@ -196,6 +196,7 @@ _K8S = [
     "--- |\n  text\n", "!!null\n", "apiVersion: v1\r\nkind: Pod\r\n", "apiVersion: v1\rkind: Pod\r",
     "base: &b {x: 1}\napiVersion: v1\nkind: Pod\nspec: {<<: *b}\n", "a: 'unterminated\n",
     "apiVersion: v1\nkind: Deployment\nspec: {replicas: !!int two}\n", "a: !!bool maybe\n",
+    "\ufeffapiVersion: v1\nkind: Pod\n", "--- {apiVersion: v1, kind: Pod}\n", "apiVersion: v1\nkind: Pod\n...\n",
 ]  # fmt: skip
 
 
@@ -252,3 +253,12 @@ def test_the_corpus_reads_as_each_document_alone_gives() -> None:
         source = inputs.SourceFile(str(path), path.name)
         text = path.read_text(encoding="utf-8")
         assert _comparable(list(inputs.parse(source, text))) == _comparable(_reference(source, text)), path
+
+
+def test_a_file_without_broken_documents_is_read_by_one_parser() -> None:
+    """The one-pass path is the one taken (the comparisons above would pass if every file went one by one)."""
+    valid = "# Source: a.yaml\n" + _K8S[0] + "---\n# empty\n---\n" + _K8S[1] + "---\n" + _K8S[4]
+    parsed = inputs._whole_stream(valid, inputs.split_documents(valid))
+    assert parsed is not None and [(chunk.number, chunk.line) for chunk, _ in parsed] == [(1, 2), (2, 10), (3, 15)]
+    for odd in (valid + "---\n" + _K8S[3], "%YAML 1.1\n---\n" + valid, valid.replace("\n", "\r")):
+        assert inputs._whole_stream(odd, inputs.split_documents(odd)) is None
