@@ -11,7 +11,7 @@ from functools import cached_property
 import orjson
 
 from webhook.audit.inputs import Problem
-from webhook.audit.judge import Outcome, Result, outcomes
+from webhook.audit.judge import Outcome, Plan, Result, outcomes
 from webhook.policy.loader import PolicySet
 from webhook.policy.view import ClusterView
 
@@ -34,6 +34,7 @@ class Report:
     colour: bool = False
     #: seconds since the epoch, stamped on PolicyReport results
     timestamp: int = 0
+    _plans: dict[tuple[str, str, str], Plan] = field(default_factory=dict, repr=False, compare=False)
 
     def failed(self, result: Result) -> bool:
         return result.denied or (self.fail_on == "warn" and result.warned)
@@ -44,7 +45,7 @@ class Report:
         return 1 if self.problems or any(self.failed(r) for r in self.results) else 0
 
     def outcomes(self, result: Result) -> Iterator[Outcome]:
-        return outcomes(self.policies, self.view, result)
+        return outcomes(self.policies, self.view, result, self._plans)
 
     @cached_property
     def verdicts(self) -> Counter[str]:
