@@ -38,9 +38,9 @@ _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 #: the scalar constructors of the safe loader: each value depends on the tag and text only
 _SCALARS = {
-    tag: SafeConstructor.yaml_constructors[tag]
-    for tag in ("null", "bool", "int", "float", "binary", "timestamp")
-    for tag in (f"tag:yaml.org,2002:{tag}",)
+    tag: constructor
+    for tag, constructor in SafeConstructor.yaml_constructors.items()
+    if tag in {f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "binary", "timestamp")}
 }
 #: past this many distinct scalars the memo starts again (a fleet of unique names must not grow it forever)
 _MEMO_LIMIT = 100_000
