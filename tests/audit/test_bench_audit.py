@@ -16,4 +16,7 @@ def test_bench_audit_prints_every_ratio_and_verdict() -> None:
     for target in ("load <= 3x json.loads", "audit <= 1.5x parsing", "per pod against the fleet <= 1.5x the small cluster"):
         assert re.search(rf"^target: {re.escape(target)} -> (met|NOT met) \([\d.]+x\)$", out, re.M), out
     assert re.search(r"^peak RSS: load --cluster-state \d+ MB \(json.loads alone \d+ MB\); target <= 1024 MB -> (met|NOT met)$", out, re.M), out
-    assert re.search(r"^breakdown \(one run, CPU\): reading\+parsing [\d.]+ s, engine \(mutate\+validate\) [\d.]+ s, JSON report [\d.]+ s$", out, re.M), out
+    assert re.search(r"^breakdown \(median CPU\): reading\+parsing [\d.]+ s, engine \(mutate\+validate\) [\d.]+ s, "
+                     r"JSON report [\d.]+ s, the rest [\d.]+ s$", out, re.M), out
+    assert re.search(r"^audit without the engine [\d.]+ s = [\d.]+x parsing \(reading\+parsing alone [\d.]+x\); "
+                     r"the engine is [\d.]+x parsing$", out, re.M), out

@@ -160,3 +160,31 @@ def _on_a_terminal(command: list[str], env: dict[str, str]) -> str:
         return b"".join(chunks).decode()
     finally:
         os.close(primary)
+
+
+def test_report_lines_hold_what_a_manifest_can_hold() -> None:
+    """Values orjson refuses (an integer past 64 bits, bytes from !!binary) still make JSON; dates are RFC 3339."""
+    import datetime
+
+    from webhook.audit.report.run import dump_json
+
+    value = {"results": [{"patch": [{"value": 2**70}]}, {"patch": [{"value": b"\x00"}]},
+                         {"patch": [{"value": datetime.date(2001, 12, 14)}], "labels": {1: "int key"}}]}  # fmt: skip
+    text = dump_json(value, expand=2)
+    assert json.loads(text) == {"results": [{"patch": [{"value": 2**70}]}, {"patch": [{"value": "b'\\x00'"}]},
+                                            {"patch": [{"value": "2001-12-14"}], "labels": {"1": "int key"}}]}  # fmt: skip
+    assert len(text.splitlines()) == 7  # one line per result
+
+
+def test_policyreport_skips_gpu_only_policies_per_object(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Two pods of one namespace share which rules apply, not whether they ask for GPUs."""
+    cpu_pod = GPU_POD.replace("name: trainer", "name: web").replace("{nvidia.com/gpu: 1}", "{cpu: 1}")
+    path = write(tmp_path / "pods.yaml", GPU_POD + "---\n" + cpu_pod + "---\n" + GPU_POD.replace("trainer", "second"))
+    _, out, _ = audit(capsys, "--cluster-state", str(CLUSTER), "-o", "policyreport", str(path))
+    [ml_a] = [r for r in yaml.safe_load(out)["items"] if r["metadata"].get("namespace") == "ml-a"]
+    by_pod: dict[str, set[str]] = {}
+    for result in ml_a["results"]:
+        by_pod.setdefault(result["resources"][0]["name"], set()).add(result["result"])
+    assert by_pod["web"] >= {"skip"} and "skip" not in by_pod["trainer"] | by_pod["second"]
+    skipped = {r["policy"] for r in ml_a["results"] if r["result"] == "skip"}
+    assert "gpu-defaults" in skipped and "gpu-access-guard" not in skipped  # gpuOnly: false there

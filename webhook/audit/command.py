@@ -9,7 +9,9 @@ policy; 3 an unexpected error (one line; ``--debug`` prints the traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import gc
 import os
 import sys
 import time
@@ -98,6 +100,27 @@ def run(args: argparse.Namespace) -> int:
 
 def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     _check_usage(args)
+    with fewer_collections():
+        return _audit(args, stdin, stdout, stderr)
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector runs less often during a run (reference counting frees as before).
+
+    A run holds every document it read and every result until the report is
+    written, and each of the collector's full passes walks all of them: with
+    CPython's default thresholds, a tenth of a 10,000-document audit's time.
+    """
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], 10_000), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     policies = loader.load_directory(args.policies)
     notes: list[str] = []
     progress = Progress(stderr, 0, enabled=stderr.isatty())

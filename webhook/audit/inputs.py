@@ -6,8 +6,9 @@ a Kubernetes object, becomes a :class:`Problem` with file, document index and
 line, and the run goes on (Helm and kustomize output carry comments, empty
 documents and templating left-overs).
 
-JSON is parsed as JSON and YAML with libyaml's C loader where PyYAML has it:
-the pure-Python loader is 10-20x slower.
+JSON is parsed as JSON and YAML with :class:`~webhook.audit.yamlload.ManifestLoader`
+(libyaml's parser, PyYAML's safe loader's answers), one parser per file;
+each document on its own only in a file where one is broken.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import yaml
 
+from webhook.audit.yamlload import ManifestLoader
 from webhook.errors import ManifestError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -30,11 +32,11 @@ STDIN_NAME = "<stdin>"
 #: the source of an object read from a live cluster: cluster:NAMESPACE
 CLUSTER_PREFIX = "cluster:"
 
-#: libyaml when PyYAML was built with it (the wheels are)
-YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 _SEPARATOR = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
 _CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)[ \t]*[^\s#]", re.M)
+#: what a document that cannot be read raises: PyYAML's errors, and the safe constructor's own
+#: on a value that its explicit tag does not fit (!!int abc: ValueError, !!bool maybe: KeyError)
+_UNREADABLE = (yaml.YAMLError, ValueError, KeyError, TypeError)
 
 
 @dataclass(frozen=True)
@@ -122,40 +124,105 @@ def parse(source: SourceFile, text: str) -> Iterator[Document | Problem]:
         else:
             yield from _objects(name, source.relative, 1, 1, value)
             return
-    for index, line, start, chunk in split_documents(text):
-        try:
-            values = list(yaml.load_all(chunk, Loader=YAML_LOADER))
-        except yaml.YAMLError as exc:
-            yield Problem(name, index, line, _yaml_error(exc, start), source.relative)
-            continue
-        for value in values:
-            yield from _objects(name, source.relative, index, line, value)
+    yield from _yaml_objects(name, source.relative, text)
 
 
 def _looks_like_json(path: str, text: str) -> bool:
     return path.endswith(".json") or text.lstrip()[:1] in ("{", "[")
 
 
-def split_documents(text: str) -> Iterator[tuple[int, int, int, str]]:
-    """(document index, first content line, first line, text) of each ``---``-separated document.
+def _yaml_objects(name: str, relative: str, text: str) -> Iterator[Document | Problem]:
+    chunks = split_documents(text)
+    parsed = _whole_stream(text, chunks)
+    if parsed is None:
+        yield from _one_by_one(name, relative, text, chunks)
+        return
+    for chunk, value in parsed:
+        yield from _objects(name, relative, chunk.number, chunk.line, value)
 
-    PyYAML stops at the first broken document, so each is parsed on its own;
-    documents holding only comments or blank lines are left out (Helm prints
-    one for every template that renders to nothing).
+
+def _whole_stream(text: str, chunks: list[Chunk]) -> list[tuple[Chunk, Any]] | None:
+    """Each chunk's document, from one parser over the whole text; None to parse them one by one.
+
+    One parser is the fast way, but it stops at the first broken document and
+    its documents are not always the chunks (a ``%YAML`` directive, line
+    breaks other than ``\\n``): then None, and :func:`_one_by_one` reports
+    each broken document and goes on past it.
+    """
+    if _chunks_may_differ(text):
+        return None
+    loader = ManifestLoader(text)
+    try:
+        values = []
+        while loader.check_data():
+            values.append(loader.get_data())
+    except _UNREADABLE:
+        return None
+    finally:
+        loader.dispose()
+    found = [(line, value) for (line, empty), value in zip(loader.starts, values) if not empty]
+    if len(found) != len(chunks):
+        return None
+    for (line, _), chunk in zip(found, chunks):
+        if not chunk.first <= line + 1 <= chunk.last:
+            return None
+    return [(chunk, value) for (_, value), chunk in zip(found, chunks)]
+
+
+def _chunks_may_differ(text: str) -> bool:
+    """Whether libyaml may see other documents than the chunks: a directive (a %YAML or %TAG line ends
+    the chunk before its ---, which alone is no document) or line breaks other than \\n and \\r\\n.
+
+    String scans, not a regular expression: those take a tenth of the parsing time.
+    """
+    return (
+        text.startswith("%") or "\n%" in text or text.count("\r") != text.count("\r\n")
+        or "\x85" in text or "\u2028" in text or "\u2029" in text
+    )  # fmt: skip
+
+
+def _one_by_one(name: str, relative: str, text: str, chunks: list[Chunk]) -> Iterator[Document | Problem]:
+    for chunk in chunks:
+        try:
+            values = list(yaml.load_all(text[chunk.begin : chunk.end], Loader=ManifestLoader))
+        except _UNREADABLE as exc:
+            yield Problem(name, chunk.number, chunk.line, _yaml_error(exc, chunk.first), relative)
+            continue
+        for value in values:
+            yield from _objects(name, relative, chunk.number, chunk.line, value)
+
+
+class Chunk(NamedTuple):
+    """One ``---``-separated document of a file's text."""
+
+    number: int  # the document number: 1-based, counting only chunks with content
+    line: int  # first content line (1-based)
+    first: int  # first line (the ``---`` one, if any)
+    last: int  # last line
+    begin: int  # offsets in the text
+    end: int
+
+
+def split_documents(text: str) -> list[Chunk]:
+    """The ``---``-separated documents of a text that hold more than comments and blank lines.
+
+    Helm prints a comment-only document for every template that renders to
+    nothing; those are no documents.
     """
     starts = [m.start() for m in _SEPARATOR.finditer(text)]
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
     starts.append(len(text))
+    chunks: list[Chunk] = []
     line = 1
-    index = 0
     for begin, end in zip(starts, starts[1:]):
-        chunk = text[begin:end]
-        content = _CONTENT.search(chunk)
+        content = _CONTENT.search(text, begin, end)
+        lines = text.count("\n", begin, end)
         if content is not None:
-            index += 1
-            yield index, line + chunk.count("\n", 0, content.start()), line, chunk
-        line += chunk.count("\n")
+            last = line + text.count("\n", begin, end - 1)
+            chunks.append(Chunk(len(chunks) + 1, line + text.count("\n", begin, content.start()), line, last, begin, end))
+        line += lines
+    return chunks
 
 
 def _objects(source: str, relative: str, index: int, line: int, value: Any) -> Iterator[Document | Problem]:
@@ -179,7 +246,9 @@ def _objects(source: str, relative: str, index: int, line: int, value: Any) -> I
     yield Document(source, index, line, value, None, relative)
 
 
-def _yaml_error(exc: yaml.YAMLError, chunk_line: int) -> str:
+def _yaml_error(exc: Exception, chunk_line: int) -> str:
+    if not isinstance(exc, yaml.YAMLError):
+        return f"invalid YAML: a value that its tag does not fit ({type(exc).__name__}: {exc})"
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     if mark is None:

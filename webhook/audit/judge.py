@@ -77,8 +77,8 @@ def judge(policies: loader.PolicySet, view: ClusterView, document: Document, nam
     if (request.group, request.kind) not in policies.kinds and not is_claim(request.group, request.kind):
         return None
     mutation = engine.evaluate(policies, request, view, "mutate")
-    patched = mutation.patched if mutation.patch else obj
-    validation = engine.evaluate(policies, Request.for_object(patched, namespace=namespace), view, "validate")
+    validated = Request.for_object(mutation.patched, namespace=namespace) if mutation.patch else request
+    validation = engine.evaluate(policies, validated, view, "validate")
     return Result(document, request, mutation, validation)
 
 
@@ -98,15 +98,27 @@ class Outcome:
         return f"{self.policy}/{self.rule}"
 
 
-def outcomes(policies: loader.PolicySet, view: ClusterView, result: Result) -> Iterator[Outcome]:
+#: per policy that applies: its name, whether it is GPU-only, and its enabled rules (name, mode, phase)
+Plan = tuple[tuple[str, bool, tuple[tuple[str, str, Phase], ...]], ...]
+
+
+def outcomes(
+    policies: loader.PolicySet, view: ClusterView, result: Result, plans: dict[tuple[str, str, str], Plan] | None = None
+) -> Iterator[Outcome]:
     """Every enabled rule of every policy that applies to the object, with its result.
 
     A finding is ``fail`` (enforce, audit) or ``warn``; a rule that ran and
     found nothing is ``pass`` (a mutation it made is named in the message);
-    a GPU-only policy on an object without GPUs is ``skip``.
+    a GPU-only policy on an object without GPUs is ``skip``. ``plans`` keeps
+    which rules apply per kind and namespace across the objects of a run.
     """
     request = result.request
-    labels = engine.namespace_labels(view, request.namespace)
+    key = (request.group, request.kind, request.namespace)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = _plan(policies, view, *key)
+        if plans is not None:
+            plans[key] = plan
     found: dict[tuple[str, str], list[tuple[Phase, Finding]]] = {}
     phases: tuple[tuple[Phase, tuple[Finding, ...]], ...] = (
         ("mutate", result.mutation.findings), ("validate", result.validation.findings))
@@ -116,27 +128,36 @@ def outcomes(policies: loader.PolicySet, view: ClusterView, result: Result) -> I
     changed: dict[tuple[str, str], list[str]] = {}
     for change in result.mutation.changes:
         changed.setdefault((change.policy, change.rule), []).append(change.what)
-    has_gpu = _has_gpu(policies, result)
+    has_gpu = _has_gpu(policies, result) if any(gpu_only for _, gpu_only, _ in plan) else True
+    for name, gpu_only, rules in plan:
+        for rule, mode, phase in rules:
+            key_ = (name, rule)
+            if key_ in found:
+                for found_in, f in found[key_]:
+                    yield Outcome(name, rule, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
+            elif gpu_only and not has_gpu:
+                yield Outcome(name, rule, "skip", mode, "no GPU requested", phase)
+            elif key_ in changed:
+                what = ", ".join(dict.fromkeys(changed[key_]))
+                yield Outcome(name, rule, "pass", mode, f"mutated: {what}", "mutate")
+            else:
+                yield Outcome(name, rule, "pass", mode, "passed", phase)
+
+
+def _plan(policies: loader.PolicySet, view: ClusterView, group: str, kind: str, namespace: str) -> Plan:
+    labels = engine.namespace_labels(view, namespace)
+    plan: list[tuple[str, bool, tuple[tuple[str, str, Phase], ...]]] = []
     for policy in policies.active_policies:
-        name = policy.metadata.name
-        if not match.policy_applies(policy, request.group, request.kind, request.namespace, labels):
+        if not match.policy_applies(policy, group, kind, namespace, labels):
             continue
+        rules: list[tuple[str, str, Phase]] = []
         for rule in engine.RULES:
             cfg = getattr(policy.spec.rules, rule.name)
-            if cfg is None or cfg.mode == "off":
-                continue
-            phase: Phase = "validate" if "validate" in rule.phases else "mutate"
-            key = (name, rule.name)
-            if key in found:
-                for found_in, f in found[key]:
-                    yield Outcome(name, rule.name, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
-            elif policy.spec.match.gpuOnly and not has_gpu:
-                yield Outcome(name, rule.name, "skip", cfg.mode, "no GPU requested", phase)
-            elif key in changed:
-                what = ", ".join(dict.fromkeys(changed[key]))
-                yield Outcome(name, rule.name, "pass", cfg.mode, f"mutated: {what}", "mutate")
-            else:
-                yield Outcome(name, rule.name, "pass", cfg.mode, "passed", phase)
+            if cfg is not None and cfg.mode != "off":
+                phase: Phase = "validate" if "validate" in rule.phases else "mutate"
+                rules.append((rule.name, cfg.mode, phase))
+        plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly), tuple(rules)))
+    return tuple(plan)
 
 
 def _has_gpu(policies: loader.PolicySet, result: Result) -> bool:

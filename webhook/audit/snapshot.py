@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from webhook.audit.inputs import MANIFEST_SUFFIXES, YAML_LOADER
+from webhook.audit.inputs import MANIFEST_SUFFIXES
+from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
 from webhook.policy.view import SnapshotView
@@ -66,7 +67,7 @@ def _parse(file: Path) -> list[Any]:
             if file.suffix == ".json":
                 raise ManifestError(f"cluster state {file}: invalid JSON: {exc}") from exc
     try:
-        return list(yaml.load_all(data, Loader=YAML_LOADER))
+        return list(yaml.load_all(data, Loader=ManifestLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

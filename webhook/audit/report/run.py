@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import orjson
+
 from webhook.audit.inputs import Problem
-from webhook.audit.judge import Outcome, Result, outcomes
+from webhook.audit.judge import Outcome, Plan, Result, outcomes
 from webhook.policy.loader import PolicySet
 from webhook.policy.view import ClusterView
 
@@ -32,6 +34,7 @@ class Report:
     colour: bool = False
     #: seconds since the epoch, stamped on PolicyReport results
     timestamp: int = 0
+    _plans: dict[tuple[str, str, str], Plan] = field(default_factory=dict, repr=False, compare=False)
 
     def failed(self, result: Result) -> bool:
         return result.denied or (self.fail_on == "warn" and result.warned)
@@ -42,7 +45,7 @@ class Report:
         return 1 if self.problems or any(self.failed(r) for r in self.results) else 0
 
     def outcomes(self, result: Result) -> Iterator[Outcome]:
-        return outcomes(self.policies, self.view, result)
+        return outcomes(self.policies, self.view, result, self._plans)
 
     @cached_property
     def verdicts(self) -> Counter[str]:
@@ -61,14 +64,22 @@ def dump_json(value: object, expand: int, _depth: int = 0) -> str:
     """JSON with objects and arrays indented down to ``expand`` levels, and each deeper value on one line.
 
     A fleet-sized report has hundreds of thousands of small objects: indenting
-    them all triples the output and takes the pure-Python encoder, while one
-    line per result stays readable and greppable and uses the C encoder.
+    them all triples the output, while one line per result stays readable and
+    greppable and is written by orjson in C, as the server writes its patches.
     """
     if _depth >= expand or not isinstance(value, (dict, list)) or not value:
-        return json.dumps(value, separators=(", ", ": "))
+        return _line(value)
     inner = "  " * (_depth + 1)
     if isinstance(value, dict):
-        parts = [f"{inner}{json.dumps(k)}: {dump_json(v, expand, _depth + 1)}" for k, v in value.items()]
+        parts = [f"{inner}{_line(k)}: {dump_json(v, expand, _depth + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(parts) + "\n" + "  " * _depth + "}"
     parts = [inner + dump_json(v, expand, _depth + 1) for v in value]
     return "[\n" + ",\n".join(parts) + "\n" + "  " * _depth + "]"
+
+
+def _line(value: object) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        # what orjson refuses and a manifest can hold: an integer past 64 bits, bytes (!!binary)
+        return json.dumps(value, separators=(",", ":"), default=str)
