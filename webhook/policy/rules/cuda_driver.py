@@ -13,9 +13,8 @@ lands only where it runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, scheduling, severity
 from webhook.policy.context import RuleContext
@@ -28,9 +27,8 @@ PHASES = ("mutate", "validate")
 Node = Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class _Need:
-    """One GPU container's CUDA and the oldest driver that runs it."""
+class _Need(NamedTuple):
+    """One GPU container's CUDA and the oldest driver that runs it (a named tuple: one or more per GPU admission)."""
 
     ref: gpu.ContainerRef
     version: cuda.CudaVersion
@@ -40,7 +38,6 @@ class _Need:
     branches: tuple[Branch, ...]
 
 
-@dataclass
 class _Nodes:
     """The kinds of node the pod could land on, sorted by whether their driver runs it.
 
@@ -48,12 +45,15 @@ class _Nodes:
     ``size`` says how many nodes a list stands for.
     """
 
-    eligible: list[Node] = field(default_factory=list)
-    capable: list[Node] = field(default_factory=list)
-    incapable: list[Node] = field(default_factory=list)
-    unlabelled: list[Node] = field(default_factory=list)
-    counts: dict[int, int] = field(default_factory=dict)  # id(node) → how many nodes it stands for
-    drivers: dict[int, cuda.DriverVersion] = field(default_factory=dict)  # id(node) → its driver
+    __slots__ = ("eligible", "capable", "incapable", "unlabelled", "counts", "drivers")
+
+    def __init__(self) -> None:
+        self.eligible: list[Node] = []
+        self.capable: list[Node] = []
+        self.incapable: list[Node] = []
+        self.unlabelled: list[Node] = []
+        self.counts: dict[int, int] = {}  # id(node) → how many nodes it stands for
+        self.drivers: dict[int, cuda.DriverVersion] = {}  # id(node) → its driver
 
     def size(self, nodes: Sequence[Node]) -> int:
         return sum(self.counts[id(n)] for n in nodes)
@@ -213,10 +213,12 @@ def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[
 
 
 def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes: _Nodes) -> None:
+    known = [*nodes.capable, *nodes.incapable]
+    if nodes.eligible and known and nodes.capable and not nodes.incapable:
+        return  # the common case: every node it could land on runs it
     top = max(needs, key=lambda n: n.driver)
     where, path = ctx.where(top.ref), _field(ctx, top.ref)
     wants = f"CUDA {top.version} ({top.source}) needs driver >= {top.driver}"
-    known = [*nodes.capable, *nodes.incapable]
     audit = severity.weaker(ctx.mode, "audit")
     if not nodes.eligible:
         ctx.report(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
