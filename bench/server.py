@@ -17,7 +17,7 @@ when both throughput ratios and the p99 ratio do.
 Targets: >= 0.85x on the training pod and the Deployment, >= 0.8x on the
 20-container pod, >= 0.97x on the pod without GPU; p99 <= 1.25x on each.
 
-    make bench-server            # or: python bench/server.py [--rounds N --requests M --log-level INFO]
+    make bench-server            # or: python bench/server.py [--rounds N --requests M --log-level INFO --event-loop uvloop]
 
 The server logs at WARNING by default; at INFO (its own default) every patch
 and denial is a log line, which ``--log-level INFO`` includes.
@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
+                        help="gpu-admission's (serve --event-loop); the null webhook stays on asyncio's, as aiohttp runs")
     parser.add_argument("--null-webhook", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.null_webhook:
@@ -152,10 +154,10 @@ def main() -> None:
     if shutil.which("h2load") is None:
         raise SystemExit("h2load not found: apt-get install nghttp2-client (make bench-server does it)")
     with tempfile.TemporaryDirectory() as tmp:
-        run(Path(tmp), args.rounds, args.requests, args.log_level)
+        run(Path(tmp), args.rounds, args.requests, ["--log-level", args.log_level, "serve", "--event-loop", args.event_loop])
 
 
-def run(tmp: Path, rounds: int, requests: int, log_level: str) -> None:
+def run(tmp: Path, rounds: int, requests: int, serve: list[str]) -> None:
     gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
     subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
                    check=True, capture_output=True)
@@ -163,9 +165,9 @@ def run(tmp: Path, rounds: int, requests: int, log_level: str) -> None:
     ports = {"gpu-admission": _free_port(), "null": _free_port()}
     servers = {
         "gpu-admission": subprocess.Popen(
-            ["taskset", "-c", "0", gpu_admission, "--log-level", log_level, "serve", "--no-cluster",
+            ["taskset", "-c", "0", gpu_admission, *serve, "--no-cluster",
              "--policies", str(REPO / "policies"), "--host", "127.0.0.1", "--port", str(ports["gpu-admission"]),
-             "--tls-cert", cert, "--tls-key", key], cwd=tmp, stderr=subprocess.DEVNULL if log_level != "WARNING" else None),
+             "--tls-cert", cert, "--tls-key", key], cwd=tmp, stderr=subprocess.DEVNULL if "WARNING" not in serve else None),
         "null": subprocess.Popen(["taskset", "-c", "0", sys.executable, __file__, "--null-webhook",
                                   str(ports["null"]), cert, key], cwd=tmp),
     }
