@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.conftest import Pki
 from tests.support import REPO, corpus_reviews, free_port, load_review
@@ -79,10 +80,13 @@ async def slow_upload(port: int, ctx: ssl.SSLContext, body: bytes, started: asyn
     return status
 
 
-async def test_sigterm_under_keep_alive_load_loses_no_request(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+async def test_sigterm_under_keep_alive_load_loses_no_request(
+    pki: Pki, policy_dir: Path, tmp_path: Path, event_loop: str
+) -> None:
     port = free_port()
     base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
-    proc = start_server(pki, policy_dir, port, tmp_path / "server.log")
+    proc = start_server(pki, policy_dir, port, tmp_path / "server.log", "--event-loop", event_loop)
     try:
         await wait_ready(base, ctx, proc)
         sent = load_review(corpus_reviews()[0])

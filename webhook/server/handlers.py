@@ -58,8 +58,8 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
         metrics.rejected.labels(outcome.refused).inc()
-    decision = _bounded(outcome.decision, limits.max_patch_bytes, phase)
-    payload = review.build_response(parsed, decision, mutating=phase == "mutate")
+    decision, patch = _bounded(outcome.decision, limits.max_patch_bytes, phase)
+    payload = review.build_response(parsed, decision, mutating=phase == "mutate", patch=patch)
     _observe(app, request.path, parsed, decision, outcome.refused)
     metrics.observe_latency(request.path, time.perf_counter() - started)
     return _json(payload)
@@ -88,15 +88,16 @@ def _refuse(status: int, message: str, *, close: bool = False) -> web.Response:
     return response
 
 
-def _bounded(decision: Decision, max_patch_bytes: int, phase: Phase) -> Decision:
-    """Drop a patch past the limit (kube-apiserver would store a megabyte-sized change)."""
+def _bounded(decision: Decision, max_patch_bytes: int, phase: Phase) -> tuple[Decision, str | None]:
+    """Drop a patch past the limit (kube-apiserver would store a megabyte-sized change);
+    the patch kept comes with its encoding, which the response reuses."""
     if phase != "mutate" or not decision.patch:
-        return decision
-    size = len(review.encode_patch(decision.patch))
-    if size <= max_patch_bytes:
-        return decision
-    text = f"gpu-admission did not change this object: its patch of {size} bytes is over the {max_patch_bytes}-byte limit"
-    return decision._replace(patch=(), warnings=(text,))
+        return decision, None
+    patch = review.encode_patch(decision.patch)
+    if len(patch) <= max_patch_bytes:
+        return decision, patch
+    text = f"gpu-admission did not change this object: its patch of {len(patch)} bytes is over the {max_patch_bytes}-byte limit"
+    return decision._replace(patch=(), warnings=(text,)), None
 
 
 def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision, refused: str) -> None:
@@ -104,17 +105,17 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     req = parsed.request
     outcome = _outcome(decision, refused)
     metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
-    for finding in decision.findings:
-        metrics.findings.labels(finding.policy, finding.rule, finding.mode).inc()
-    rules = sorted({f"{f.policy}/{f.rule}" for f in decision.findings})
+    metrics.count_findings(decision.findings)
+    level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
+    if not log.isEnabledFor(level):  # the usual case: no line, so no fields worked out for one
+        return
     fields = {
         "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
-        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": rules,
+        "object": req.name, "endpoint": endpoint, "verdict": outcome,
+        "rules": sorted({f"{f.policy}/{f.rule}" for f in decision.findings}),
     }
-    if outcome in ("allow", "warn"):
-        log.debug("%s: %s", outcome, "; ".join(decision.warnings), extra=fields)
-    else:
-        log.info("%s: %s", outcome, decision.message() or "; ".join(decision.warnings), extra=fields)
+    text = "; ".join(decision.warnings) if level == logging.DEBUG else decision.message() or "; ".join(decision.warnings)
+    log.log(level, "%s: %s", outcome, text, extra=fields)
 
 
 def _outcome(decision: Decision, refused: str) -> str:
