@@ -6,6 +6,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.policy import gpu
 
@@ -31,3 +33,21 @@ def c(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
 )
 def test_pod_gpus(spec: dict[str, Any], expected: int) -> None:
     assert gpu.pod_gpus(spec, MATCH) == {"nvidia.com/gpu": Decimal(expected)}
+    assert gpu.pod_gpus(spec, MATCH, gpu.gpu_slots(spec, MATCH)) == {"nvidia.com/gpu": Decimal(expected)}
+
+
+CONTAINER = st.fixed_dictionaries({"name": st.just("c")}, optional={
+    "restartPolicy": st.just("Always"),
+    "resources": st.fixed_dictionaries({}, optional={
+        field: st.dictionaries(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "cpu", "amd.com/gpu"]),
+                               st.sampled_from(["0", "1", "2", "8", "1.5", "x", "500m"]), max_size=3)
+        for field in ("limits", "requests")}),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(init=st.lists(CONTAINER, max_size=4), app=st.lists(CONTAINER, max_size=4))
+def test_counting_only_the_gpu_containers_counts_the_same(init: list[Any], app: list[Any]) -> None:
+    """The engine counts over the containers gpu_slots found (the others add nothing)."""
+    spec = {"initContainers": init, "containers": app}
+    assert gpu.pod_gpus(spec, MATCH, gpu.gpu_slots(spec, MATCH)) == gpu.pod_gpus(spec, MATCH)

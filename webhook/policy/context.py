@@ -96,7 +96,9 @@ class RuleContext:
         """
         known = self._extended_gpus
         if known is None or known[0] is not self.is_gpu:
-            known = self._extended_gpus = (self.is_gpu, gpu.pod_gpus(self.spec, self.is_gpu))
+            # the slots name every container with an extended GPU resource, unless claims added theirs
+            slots = self.slots if self.claims is None else None
+            known = self._extended_gpus = (self.is_gpu, gpu.pod_gpus(self.spec, self.is_gpu, slots))
         return known[1]
 
     def extended_slots(self) -> gpu.Slots:

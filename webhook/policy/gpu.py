@@ -148,7 +148,7 @@ def gpu_count(container: Mapping[str, Any], name: str) -> Decimal:
     return Decimal(0)
 
 
-def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> dict[str, Decimal]:
+def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher, slots: Slots | None = None) -> dict[str, Decimal]:
     """GPUs the pod needs per resource name, as the scheduler counts them.
 
     Init containers run one at a time before the app containers, but native
@@ -156,11 +156,14 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> dict[str, Deci
     beside everything started after them. So the pod needs the larger of:
     every app container plus every sidecar, and each plain init container
     plus the sidecars started before it (Kubernetes' effective request).
+    Containers without GPUs add nothing, so ``slots`` may narrow the walk to the others.
     """
     app: dict[str, Decimal] = {}
     sidecars: dict[str, Decimal] = {}
     peak: dict[str, Decimal] = {}
-    for ref in containers(spec):
+    # ``slots`` (gpu_slots of this spec, in the pod's order) skips the containers without GPUs
+    refs = containers(spec) if slots is None else [ContainerRef(n, i, spec[n][i]) for n, i in slots]
+    for ref in refs:
         names = gpu_names(ref.container, is_gpu)
         if not ref.is_init:
             for name in names:
