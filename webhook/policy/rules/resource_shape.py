@@ -30,11 +30,13 @@ def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
             path = pointer((*(ctx.target.meta_path or ()), "annotations", key))
             _check_scheme(ctx, cfg, key, ctx.where(field_path="metadata.annotations"), path)
     _check_init_only(ctx, cfg, refs)
-    counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
-    # maxPerPod counts DRA claims' devices too; node allocatable only ever shows extended resources
-    _check_max(ctx, cfg, {n: c for n, c in ctx.pod_gpus().items() if not sharing(n)})
-    if cfg.nodeCapacity and counts and ctx.view.availability("nodes").known:
-        _check_node_capacity(ctx, counts)
+    if cfg.maxPerPod is not None:
+        # maxPerPod counts DRA claims' devices too; node allocatable only ever shows extended resources
+        _check_max(ctx, cfg, {n: c for n, c in ctx.pod_gpus().items() if not sharing(n)})
+    if cfg.nodeCapacity and ctx.view.availability("nodes").known:
+        counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
+        if counts:
+            _check_node_capacity(ctx, counts)
 
 
 def _check_container(
