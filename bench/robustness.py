@@ -1,12 +1,13 @@
 """Soak: the figures of a real `gpu-admission serve` process under hostile load.
 
 Each figure is measured against a baseline taken in the same run (the
-machine is shared and noisy): normal-request p99 unloaded, then under 500
-slowloris connections and 50 slow bodies, then beside one 25,000-container
-pod per second; the CPU a gzip bomb costs; /metrics after 5,000 distinct
-kinds; memory per idle TLS connection.
+machine is shared and noisy): normal-request p99 unloaded, then beside one
+25,000-container pod per second; the CPU a gzip bomb costs; /metrics after
+5,000 distinct kinds; memory per idle TLS connection; then normal-request
+p99 under 500 slowloris connections and 50 slow bodies, in rounds, beside a
+null server behind the same listener (bench/slowloris.py).
 
-    make soak            # or: python bench/robustness.py [--quick]
+    make soak            # or: python bench/robustness.py [--quick] [--slow-only] [--rounds N]
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
-import os
+import subprocess
 import ssl
 import statistics
 import sys
@@ -23,24 +23,18 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests import fuzz  # noqa: E402
 from tests.conftest import Pki, make_pki  # noqa: E402
-from tests.support import POLICIES, corpus_reviews, load_review  # noqa: E402
+from tests.support import POLICIES  # noqa: E402
 from tests.test_server_shutdown import free_port, start_server, wait_ready  # noqa: E402
+from bench import slowloris  # noqa: E402
+from bench.slowloris import NORMAL, REVIEW, cpu_seconds, p99  # noqa: E402
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 5.0, 10.0
-REVIEW = load_review(corpus_reviews()[1])
-NORMAL = fuzz.Case("/validate", json.dumps(REVIEW).encode(), {}, REVIEW["request"]["uid"], "normal")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:
@@ -50,25 +44,9 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-async def latencies(base: str, ctx: ssl.SSLContext, seconds: float, clients: int = 4) -> list[float]:
-    """Normal reviews on keep-alive connections for ``seconds``; each answer's latency."""
-    samples: list[float] = []
-    stop = time.monotonic() + seconds
-
-    async def client() -> None:
-        connection = fuzz.Connection(base, ctx)
-        while time.monotonic() < stop:
-            started = time.perf_counter()
-            status, _ = await connection.post(NORMAL)
-            assert status == 200, status
-            samples.append(time.perf_counter() - started)
-
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return samples
-
-
-def p99(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=100)[98]
+async def latencies(base: str, ctx: ssl.SSLContext, seconds: float) -> list[float]:
+    """Normal reviews on 4 keep-alive connections for ``seconds``; each answer's latency."""
+    return [latency for _, latency in await slowloris.Probe(base, ctx).run(seconds)]
 
 
 def report(name: str, value: str) -> None:
@@ -142,68 +120,27 @@ async def big_pods(base: str, ctx: ssl.SSLContext, seconds: float, unloaded: flo
     report("normal p99 beside one such pod per second (x unloaded)", f"{loaded * 1000:.1f} ms ({loaded / unloaded:.2f}x)")
 
 
-def slow_clients(base: str, cafile: str, slowloris: int, bodies: int, out: Any) -> None:
-    """In a process of its own (its event loop must not delay the latency probes)."""
-    asyncio.run(_slow_clients(base, cafile, slowloris, bodies, out))
+async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, heads: int, bodies: int, rate: float) -> None:
+    """Normal p99 while slow clients hold connections, on the server and on a null server behind
+    the same listener, in alternating rounds (bench/slowloris.py)."""
+    print(f"  {heads} slowloris + {bodies} slow bodies, {rounds} rounds per server; p99 per phase (samples):")
+    measured = await slowloris.rounds(targets, pki.client_context(), str(pki.ca), rounds, heads, bodies, HEADER_TIMEOUT, rate)
+    for name, result in measured.items():
+        medians = ", ".join(f"{phase} {result.median(phase) * 1000:.1f}" for phase in slowloris.PHASES)
+        report(f"{name}: median p99 ms ({medians})", "")
+        report(f"{name}: normal p99 held / unloaded (closing / unloaded)",
+               f"{result.ratio('held'):.2f}x ({result.ratio('closing'):.2f}x)")
+    real = measured[targets[0].name]
+    report(f"server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
+    report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(r.closed_after[0] for r in real.rounds):.2f} s")
+    report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(r.closed_after[1] for r in real.rounds):.2f} s")
 
 
-async def _slow_clients(base: str, cafile: str, slowloris: int, bodies: int, out: Any) -> None:
-    ctx = ssl.create_default_context(cafile=cafile)
-    host, port = base.removeprefix("https://").split(":")
-
-    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
-        reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx, server_hostname="localhost")
-        return reader, writer, time.monotonic()
-
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float, body: bool) -> float:
-        """A header line (or a body byte) a second until the server closes; how long since connecting."""
-        if body:
-            writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
-        else:
-            writer.write(b"POST /validate HTTP/1.1\r\n")
-        n = 0
-        while not reader.at_eof() and time.monotonic() - started < 60:
-            try:
-                writer.write(b"x" if body else f"X-{n}: y\r\n".encode())
-                await writer.drain()
-                await asyncio.wait_for(reader.read(), 1.0)
-            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError):
-                pass
-            n += 1
-        return time.monotonic() - started
-
-    streams = [await connect() for _ in range(slowloris + bodies)]
-    out.put("open")
-    closed = await asyncio.gather(
-        *(trickle(r, w, t, n >= slowloris) for n, (r, w, t) in enumerate(streams)), return_exceptions=True
+def start_null_server(pki: Pki, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "bench" / "null_server.py"), "--port", str(port), "--tls-cert", str(pki.cert),
+         "--tls-key", str(pki.key), "--header-timeout", str(HEADER_TIMEOUT)], cwd=REPO,
     )
-    out.put([c if isinstance(c, float) else -1.0 for c in closed])
-
-
-async def slow_load(base: str, pki: Pki, pid: int, slowloris: int, bodies: int) -> None:
-    cpu = cpu_seconds(pid)
-    unloaded = p99(await latencies(base, pki.client_context(), 3.0))
-    idle_cpu = (cpu_seconds(pid) - cpu) / 3.0
-    report("normal p99 unloaded, just before", f"{unloaded * 1000:.1f} ms")
-    queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
-    worker = multiprocessing.Process(target=slow_clients, args=(base, str(pki.ca), slowloris, bodies, queue))
-    worker.start()
-    await asyncio.to_thread(queue.get)
-    await asyncio.sleep(0.5)
-    cpu = cpu_seconds(pid)
-    loaded = p99(await latencies(base, pki.client_context(), HEADER_TIMEOUT - 1))
-    slow_cpu = (cpu_seconds(pid) - cpu) / (HEADER_TIMEOUT - 1)
-    closed = await asyncio.to_thread(queue.get)
-    worker.join()
-    after = p99(await latencies(base, pki.client_context(), 3.0))
-    report("normal p99 unloaded, just after", f"{after * 1000:.1f} ms")
-    baseline = (unloaded + after) / 2
-    report(f"normal p99 under {slowloris} slowloris + {bodies} slow bodies (x unloaded mean)",
-           f"{loaded * 1000:.1f} ms ({loaded / baseline:.2f}x)")
-    report("server CPU while probing: unloaded / with the slow clients", f"{idle_cpu:.0%} / {slow_cpu:.0%} of a core")
-    heads, slow_bodies = closed[:slowloris], closed[slowloris:]
-    report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(heads):.2f} s")
-    report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(slow_bodies):.2f} s")
 
 
 async def idle_memory(base: str, ctx: ssl.SSLContext, pid: int, count: int) -> None:
@@ -218,36 +155,55 @@ async def idle_memory(base: str, ctx: ssl.SSLContext, pid: int, count: int) -> N
             connection.streams[1].close()
 
 
-async def run(quick: bool) -> None:
+async def run(quick: bool, slow_only: bool, rounds: int, rate: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp) / "pki")
-        port = free_port()
+        port, null_port = free_port(), free_port()
         proc = start_server(pki, POLICIES, port, Path(tmp) / "server.log", "--header-timeout", str(HEADER_TIMEOUT),
-                            "--body-timeout", str(BODY_TIMEOUT), level="WARNING")
+                            "--body-timeout", str(BODY_TIMEOUT), level="INFO")
+        null = start_null_server(pki, null_port)
         base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         try:
             await wait_ready(base, ctx, proc)
             await latencies(base, ctx, 1.0)  # warm up
-            unloaded = p99(await latencies(base, ctx, 3.0))
-            report("normal p99 unloaded (4 keep-alive clients)", f"{unloaded * 1000:.1f} ms")
-            await idle_memory(base, ctx, proc.pid, 200 if quick else 500)
-            await metrics_growth(base, ctx, 500 if quick else 5000)
-            await bomb(base, ctx, proc.pid)
-            await big_pods(base, ctx, 5.0 if quick else 10.0, unloaded)
-            await slow_load(base, pki, proc.pid, 100 if quick else 500, 10 if quick else 50)
+            if not slow_only:
+                await figures(base, ctx, proc.pid, quick)
+            null_base = f"https://127.0.0.1:{null_port}"
+            targets = [
+                slowloris.Target("server", base, proc.pid),
+                slowloris.Target("null", null_base, null.pid),
+                # the slow clients on the other server: what they cost the machine, not this server
+                slowloris.Target("elsewhere", base, proc.pid, attacked=null_base),
+            ]
+            await latencies(null_base, ctx, 1.0)
+            await slow_load(targets, pki, rounds, 100 if quick else 500, 10 if quick else 50, rate)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for running in (proc, null):
+                running.terminate()
+                running.wait(30)
         errors = [line for line in (Path(tmp) / "server.log").read_text().splitlines() if '"level": "error"' in line]
         report("server ERROR lines", str(len(errors)))
 
 
+async def figures(base: str, ctx: ssl.SSLContext, pid: int, quick: bool) -> None:
+    unloaded = p99(await latencies(base, ctx, 3.0))
+    report("normal p99 unloaded (4 keep-alive clients)", f"{unloaded * 1000:.1f} ms")
+    await idle_memory(base, ctx, pid, 200 if quick else 500)
+    await metrics_growth(base, ctx, 500 if quick else 5000)
+    await bomb(base, ctx, pid)
+    await big_pods(base, ctx, 5.0 if quick else 10.0, unloaded)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer connections and kinds")
+    parser.add_argument("--quick", action="store_true", help="fewer connections, kinds and rounds")
+    parser.add_argument("--slow-only", action="store_true", help="only the slow-client figures")
+    parser.add_argument("--rounds", type=int, help="slow-client rounds per server (default 5; 2 with --quick)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="slow-client probes: reviews a second per client (default 0: as fast as answered)")
     args = parser.parse_args()
     print("gpu-admission robustness soak (real serve process, TLS on localhost)")
-    asyncio.run(run(args.quick))
+    asyncio.run(run(args.quick, args.slow_only, args.rounds or (2 if args.quick else 5), args.rate))
 
 
 if __name__ == "__main__":

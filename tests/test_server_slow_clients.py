@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
+
+import pytest
 
 from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
@@ -92,3 +95,18 @@ async def test_an_idle_connection_that_never_sends_is_closed(start_webhook: Star
     hook = await start_webhook(listen=GUARDED)
     reader, _ = await connect(port_of(hook), pki.client_context())
     assert await closed_by_server(reader, 5) == b""
+
+
+async def test_header_timeout_closes_are_logged_once_a_second_with_their_count(caplog: pytest.LogCaptureFixture) -> None:
+    closes = listener.CloseLog(timeout=5.0, interval=0.05)
+    with caplog.at_level(logging.INFO, logger=listener.__name__):
+        for _ in range(10):  # a slowloris wave: all within one interval
+            closes.closed()
+        await asyncio.sleep(0.2)
+        closes.closed()  # a quiet interval has passed: logged at once again
+    lines = [r.getMessage() for r in caplog.records if r.name == listener.__name__]
+    assert lines == [
+        "closing a connection that sent no complete request head in 5 s",
+        "closed 9 more connections that sent no complete request head in 5 s (in 0.05 s)",
+        "closing a connection that sent no complete request head in 5 s",
+    ]

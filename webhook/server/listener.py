@@ -60,13 +60,45 @@ class ListenerConfig:
     backlog: int = 512
 
 
+class CloseLog:
+    """One INFO line a second for the connections closed at their header timeout, with how many.
+
+    A slowloris attack closes hundreds of connections within milliseconds: one line each
+    would write hundreds of lines at once on the event loop, and flood the logs."""
+
+    def __init__(self, timeout: float, interval: float = 1.0) -> None:
+        self._timeout = timeout
+        self._interval = interval
+        self._pending = 0
+        self._flush: asyncio.TimerHandle | None = None
+
+    def closed(self) -> None:
+        if self._flush is None:
+            log.info("closing a connection that sent no complete request head in %g s", self._timeout)
+            self._flush = asyncio.get_running_loop().call_later(self._interval, self._write)
+        else:
+            self._pending += 1
+
+    def _write(self) -> None:
+        if self._pending:
+            log.info("closed %d more connections that sent no complete request head in %g s (in %g s)",
+                     self._pending, self._timeout, self._interval)
+            self._pending = 0
+            self._flush = asyncio.get_running_loop().call_later(self._interval, self._write)
+        else:
+            self._flush = None
+
+
 class GuardedHandler(web_protocol.RequestHandler):
     """aiohttp's request handler with a header timeout, a connection cap and activity tracking."""
 
-    def __init__(self, manager: web.Server, *, config: ListenerConfig, app: web.Application, **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, *, config: ListenerConfig, app: web.Application, closes: CloseLog, **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._config = config
         self._app = app
+        self._closes = closes
         self._header_timer: asyncio.TimerHandle | None = None
         self.last_activity = 0.0
         self._counted = False
@@ -93,7 +125,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self.last_activity = asyncio.get_running_loop().time()
+        self.last_activity = self._loop.time()
         super().data_received(data)
         if self._messages or self._request_in_progress:
             self._disarm_header_timer()
@@ -129,7 +161,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         self._header_timer = None
         if self.idle() and self.transport is not None:
             self._app[keys.METRICS].rejected.labels("header-timeout").inc()
-            log.info("closing a connection that sent no complete request head in %g s", self._config.header_timeout)
+            self._closes.closed()
             self.force_close()
 
 
@@ -154,10 +186,11 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         config, app = self._config, self._app
+        closes = CloseLog(config.header_timeout)
 
         def protocol() -> GuardedHandler:
             return GuardedHandler(
-                server, loop=loop, config=config, app=app, keepalive_timeout=config.idle_timeout,
+                server, loop=loop, config=config, app=app, closes=closes, keepalive_timeout=config.idle_timeout,
                 access_log=None, auto_decompress=False, lingering_time=config.lingering,
             )
 

@@ -1,0 +1,67 @@
+"""A server that answers every review with a fixed allow, behind the same listener as `serve`.
+
+The slow-client soak measures it beside the real server, in the same run:
+what the slow clients cost a server that does no work per request is what
+the listener, TLS, the event loop and the machine cost, not the admission.
+
+    python bench/null_server.py --port 8443 --tls-cert tls.crt --tls-key tls.key --header-timeout 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from webhook.errors import RequestBodyError  # noqa: E402
+from webhook.server import keys, listener  # noqa: E402
+from webhook.server.body import read_body  # noqa: E402
+from webhook.server.limits import Limits  # noqa: E402
+from webhook.server.metrics import Metrics  # noqa: E402
+from webhook.server.tls import ReloadingTLS  # noqa: E402
+
+
+async def allow(request: web.Request) -> web.Response:
+    """The body read as `serve` reads it (size limit, body timeout), then a fixed allow."""
+    limits = Limits()
+    try:
+        body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
+    except RequestBodyError as exc:
+        return web.json_response({"message": str(exc)}, status=exc.status)
+    uid = json.loads(body)["request"]["uid"]
+    return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                              "response": {"uid": uid, "allowed": True}})
+
+
+async def serve(args: argparse.Namespace) -> None:
+    app = web.Application()
+    app[keys.METRICS] = Metrics()
+    app[keys.DRAINING] = asyncio.Event()
+    app.router.add_post("/validate", allow)
+    tls = ReloadingTLS(Path(args.tls_cert), Path(args.tls_key), None)
+    config = listener.ListenerConfig(host="127.0.0.1", port=args.port, header_timeout=args.header_timeout)
+    running = await listener.start(app, config, tls.context)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await running.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tls-cert", required=True)
+    parser.add_argument("--tls-key", required=True)
+    parser.add_argument("--header-timeout", type=float, default=5.0)
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

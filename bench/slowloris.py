@@ -1,0 +1,219 @@
+"""Normal-request latency while slow clients hold connections, in interleaved rounds.
+
+Each round measures the p99 of normal reviews unloaded, then during an
+attack of ``slowloris`` connections trickling header lines and ``bodies``
+connections trickling a body, one line (or byte) a second each, all in a
+process of their own. The attack's life is cut into phases:
+
+- *connect*: the slow connections being opened (a TLS handshake flood);
+- *held*: all of them open, before the first header timeout: the figure the
+  target speaks of;
+- *closing*: the header timeouts closing the slowloris connections.
+
+The machine is shared: one measurement of the same thing varies by up to
+2x from one second to the next, so the figures are medians over rounds that
+alternate unloaded and loaded windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import ssl
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests import fuzz  # noqa: E402
+from tests.support import corpus_reviews, load_review  # noqa: E402
+
+REVIEW = load_review(corpus_reviews()[1])
+NORMAL = fuzz.Case("/validate", json.dumps(REVIEW).encode(), {}, REVIEW["request"]["uid"], "normal")
+#: TLS handshakes the attacker runs at once while opening its connections
+CONNECTING = 32
+#: a phase's edges are cut this much inwards, so each phase holds only its own load
+MARGIN = 0.2
+PHASES = ("unloaded", "connect", "held", "closing")
+
+
+class Probe:
+    """Normal reviews on ``clients`` keep-alive connections, opened once (a probe must not wait
+    behind the attacker's handshakes to connect).
+
+    ``rate`` 0: each client sends its next review as soon as it has the answer (the server
+    runs flat out). Else each sends ``rate`` reviews a second on a fixed schedule, and a
+    latency counts from the scheduled send, so a late send is counted as waiting."""
+
+    def __init__(self, base: str, ctx: ssl.SSLContext, clients: int = 4, rate: float = 0.0) -> None:
+        self.connections = [fuzz.Connection(base, ctx) for _ in range(clients)]
+        self.rate = rate
+
+    async def connect(self) -> None:
+        await self.run(0.0)
+
+    async def run(self, stop: asyncio.Event | float) -> list[tuple[float, float]]:
+        """Until ``stop`` (an event, or seconds from now): each review's (monotonic time sent, latency)."""
+        samples: list[tuple[float, float]] = []
+        deadline = time.monotonic() + stop if isinstance(stop, float) else None
+
+        def done() -> bool:
+            return time.monotonic() >= deadline if deadline is not None else isinstance(stop, asyncio.Event) and stop.is_set()
+
+        async def client(connection: fuzz.Connection, offset: float) -> None:
+            scheduled = time.monotonic() + offset
+            while True:
+                if self.rate:
+                    await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
+                sent = min(scheduled, time.monotonic()) if self.rate else time.monotonic()
+                status, _ = await connection.post(NORMAL)
+                assert status == 200, status
+                samples.append((sent, time.monotonic() - sent))
+                scheduled += 1 / self.rate if self.rate else 0.0
+                if done():
+                    return
+
+        count = len(self.connections)
+        offsets = [n / count / self.rate if self.rate else 0.0 for n in range(count)]
+        await asyncio.gather(*(client(c, o) for c, o in zip(self.connections, offsets)))
+        return samples
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else float("nan")
+
+
+def attacker(base: str, cafile: str, slowloris: int, bodies: int, out: Any) -> None:
+    """In a process of its own (its event loop must not delay the latency probes)."""
+    asyncio.run(_attack(base, cafile, slowloris, bodies, out))
+
+
+async def _attack(base: str, cafile: str, slowloris: int, bodies: int, out: Any) -> None:
+    ctx = ssl.create_default_context(cafile=cafile)
+    host, port = base.removeprefix("https://").split(":")
+    gate = asyncio.Semaphore(CONNECTING)
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+        async with gate:
+            started = time.monotonic()
+            reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx, server_hostname="localhost")
+            return reader, writer, started
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float, body: bool) -> tuple[float, float]:
+        """A header line (or a body byte) a second until the server closes; when, and how long since connecting."""
+        if body:
+            writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+        else:
+            writer.write(b"POST /validate HTTP/1.1\r\n")
+        n = 0
+        while not reader.at_eof() and time.monotonic() - started < 60:
+            try:
+                writer.write(b"x" if body else f"X-{n}: y\r\n".encode())
+                await writer.drain()
+                await asyncio.wait_for(reader.read(), 1.0)
+            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError):
+                pass
+            n += 1
+        return time.monotonic(), time.monotonic() - started
+
+    streams = await asyncio.gather(*(connect() for _ in range(slowloris + bodies)))
+    out.put((min(s[2] for s in streams), time.monotonic()))
+    closed = await asyncio.gather(
+        *(trickle(r, w, t, n >= slowloris) for n, (r, w, t) in enumerate(streams)), return_exceptions=True
+    )
+    out.put([c if isinstance(c, tuple) else (time.monotonic(), -1.0) for c in closed])
+
+
+@dataclass(frozen=True)
+class Target:
+    """Probed at ``base`` (process ``pid``) while the slow clients hold connections on
+    ``attacked`` (default: the same server)."""
+
+    name: str
+    base: str
+    pid: int
+    attacked: str = ""
+
+
+@dataclass
+class Round:
+    p99s: dict[str, float]
+    samples: dict[str, int]
+    #: seconds from connect to the server's close: slowloris, slow bodies (max of each)
+    closed_after: tuple[float, float]
+    #: the server's CPU while the connections were held, in cores
+    held_cpu: float
+
+
+@dataclass
+class Rounds:
+    rounds: list[Round] = field(default_factory=list)
+
+    def median(self, phase: str) -> float:
+        return statistics.median(r.p99s[phase] for r in self.rounds)
+
+    def ratio(self, phase: str) -> float:
+        """The phase's median p99 over the median unloaded p99."""
+        return self.median(phase) / self.median("unloaded")
+
+
+async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris: int, bodies: int,
+                    header_timeout: float, rate: float) -> Round:
+    probe = Probe(target.base, ctx, rate=rate)
+    await probe.connect()
+    unloaded = [lat for _, lat in await probe.run(3.0)]
+    queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
+    worker = multiprocessing.Process(target=attacker, args=(target.attacked or target.base, cafile, slowloris, bodies, queue))
+    stop = asyncio.Event()
+    started = time.monotonic()
+    probing = asyncio.create_task(probe.run(stop))
+    worker.start()
+    first, opened = await asyncio.to_thread(queue.get)
+    first_timeout = first + header_timeout
+    cpu, since = cpu_seconds(target.pid), time.monotonic()
+    await asyncio.sleep(max(0.0, first_timeout - MARGIN - time.monotonic()))
+    held_cpu = (cpu_seconds(target.pid) - cpu) / max(1e-3, time.monotonic() - since)
+    closed: list[tuple[float, float]] = await asyncio.to_thread(queue.get)
+    heads, slow_bodies = [took for _, took in closed[:slowloris]], [took for _, took in closed[slowloris:]]
+    last_head = max(at for at, _ in closed[:slowloris])
+    await asyncio.sleep(max(0.0, last_head + MARGIN - time.monotonic()))
+    stop.set()
+    samples = await probing
+    worker.join()
+    windows = {
+        "connect": (started, opened), "held": (opened + MARGIN, first_timeout - MARGIN),
+        "closing": (first_timeout - MARGIN, last_head + MARGIN),
+    }
+    phases = {"unloaded": unloaded} | {
+        name: [lat for at, lat in samples if lo <= at < hi] for name, (lo, hi) in windows.items()
+    }
+    return Round(
+        {name: p99(values) for name, values in phases.items()}, {name: len(v) for name, v in phases.items()},
+        (max(heads), max(slow_bodies, default=0.0)), held_cpu,
+    )
+
+
+async def rounds(targets: list[Target], ctx: ssl.SSLContext, cafile: str, count: int, slowloris: int, bodies: int,
+                 header_timeout: float, rate: float = 0.0) -> dict[str, Rounds]:
+    """``count`` rounds on each target, the targets taking turns."""
+    result = {target.name: Rounds() for target in targets}
+    for _ in range(count):
+        for target in targets:
+            measured = await one_round(target, ctx, cafile, slowloris, bodies, header_timeout, rate)
+            result[target.name].rounds.append(measured)
+            print(f"    {target.name:<9} " + "  ".join(
+                f"{phase} {measured.p99s[phase] * 1000:.1f} ms ({measured.samples[phase]})" for phase in PHASES
+            ) + f"  server CPU held {measured.held_cpu:.0%}", flush=True)
+    return result
