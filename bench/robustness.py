@@ -131,7 +131,7 @@ async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, head
         report(f"{name}: normal p99 held / unloaded (closing / unloaded)",
                f"{result.ratio('held'):.2f}x ({result.ratio('closing'):.2f}x)")
     real = measured[targets[0].name]
-    report(f"server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
+    report("server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
     report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(r.closed_after[0] for r in real.rounds):.2f} s")
     report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(r.closed_after[1] for r in real.rounds):.2f} s")
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import MANIFESTS, apply_patch, assert_schema_valid, shipped_policies
-from webhook.policy import dra, engine, loader, resource_slices
+from webhook.policy import dra, engine, loader
 from webhook.policy.request import Request
 from webhook.policy.view import SnapshotView
 

@@ -13,7 +13,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
@@ -24,9 +24,6 @@ from webhook.cluster.state import ResourceState
 from webhook.cluster.store import CLUSTER, Listener, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.policy.aggregates import AggregateAnswers, Aggregates
-from webhook.policy.nodegroups import NodeGroup
-from webhook.policy.resource_slices import Device
-from webhook.policy.usage import UsageView
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
 from webhook.policy.view import RESOURCES, Availability, Object, Resource
 
