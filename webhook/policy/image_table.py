@@ -192,6 +192,11 @@ RELEASES: tuple[Release, ...] = (
     Release("gpu-burn (oguzpastirmaci)", ("docker.io/oguzpastirmaci/gpu-burn",), r"(?:latest)?", "", "", "11.1.1",
             "github.com/OguzPastirmaci/gpu-burn Dockerfile since 2022-12-02 (0b92981, the repository's last "
             "commit; its README names this image): FROM nvidia/cuda:11.1.1-runtime (nvidia/cuda:9.0-devel before)"),
+    Release("MPI Operator NCCL tests", ("docker.io/mpioperator/nccl-tests",), r"(?:latest)?", "", "", "12.4.1",
+            "github.com/kubeflow/mpi-operator PR #640 (6dcc0f7, 2024-04-30, unmerged), the change whose "
+            "examples/v2beta1/nccl-tests/nccl-tests.yaml names this image, builds it from the Dockerfile beside it: "
+            "FROM nvidia/cuda:12.4.1-devel-ubuntu22.04 (libnccl2 2.21.5-1+cuda12.4)",
+            require=NVIDIA_CUDA_REQUIRE["12.4.1"]),
 )
 
 #: Repositories (globs over ``registry/path``) of images that carry no CUDA.
