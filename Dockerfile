@@ -19,8 +19,8 @@ WORKDIR /src
 COPY . .
 # Every dependency ships manylinux wheels for CPython 3.11, so no compiler
 # is needed even here; --only-binary makes a missing wheel fail the build
-# instead of silently compiling. The "fast" extra adds uvloop and orjson.
-ARG EXTRAS=fast
+# instead of silently compiling. EXTRAS names optional extras to add (e.g. dev).
+ARG EXTRAS=
 RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
  && wheel="$(ls /wheels/*.whl)" \
  && /opt/venv/bin/pip install --only-binary=:all: "${wheel}${EXTRAS:+[${EXTRAS}]}" \

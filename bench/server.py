@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING"])
-    parser.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
+    parser.add_argument("--event-loop", default="auto", choices=["auto", "uvloop", "asyncio"],
                         help="gpu-admission's (serve --event-loop); the null webhook stays on asyncio's, as aiohttp runs")
     parser.add_argument("--null-webhook", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()

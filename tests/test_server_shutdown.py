@@ -80,13 +80,14 @@ async def slow_upload(port: int, ctx: ssl.SSLContext, body: bytes, started: asyn
     return status
 
 
-@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize(("flags", "event_loop"), [((), "uvloop"), (("--event-loop", "asyncio"), "asyncio")],
+                         ids=["default-uvloop", "asyncio"])
 async def test_sigterm_under_keep_alive_load_loses_no_request(
-    pki: Pki, policy_dir: Path, tmp_path: Path, event_loop: str
+    pki: Pki, policy_dir: Path, tmp_path: Path, flags: tuple[str, ...], event_loop: str
 ) -> None:
     port = free_port()
     base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
-    proc = start_server(pki, policy_dir, port, tmp_path / "server.log", "--event-loop", event_loop)
+    proc = start_server(pki, policy_dir, port, tmp_path / "server.log", *flags)
     try:
         await wait_ready(base, ctx, proc)
         sent = load_review(corpus_reviews()[0])
@@ -122,6 +123,8 @@ async def test_sigterm_under_keep_alive_load_loses_no_request(
     lines = [json.loads(line) for line in (tmp_path / "server.log").read_text().splitlines()]
     assert lines[-1]["msg"] == "stopped", lines[-3:]
     assert not [line for line in lines if line["level"] == "error"]
+    assert [line["msg"] for line in lines if line["msg"].startswith("serving on")] == [
+        f"serving on https://127.0.0.1:{port} (event loop: {event_loop})"]
 
 
 def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:

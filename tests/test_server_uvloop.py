@@ -1,4 +1,4 @@
-"""The guarded listener's slow-client defences on uvloop (`serve --event-loop uvloop`).
+"""The guarded listener's slow-client defences on uvloop (`serve`'s default loop where installed).
 
 The same tests as tests/test_server_slow_clients.py, collected again here
 with every event loop of this module made by uvloop: uvloop has its own TLS

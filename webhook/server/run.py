@@ -52,9 +52,10 @@ async def _serve(app: web.Application, config: listener.ListenerConfig, tls: Rel
         running = await listener.start(app, config, tls.context)
     except OSError as exc:
         raise GpuAdmissionError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
-    log.info("serving on https://%s:%d", config.host, running.port)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    log.info("serving on https://%s:%d (event loop: %s)", config.host, running.port,
+             "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
