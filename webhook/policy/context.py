@@ -73,6 +73,16 @@ class RuleContext:
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
         return (*self.target.spec_path, *rest)
 
+    def own_container(self, list_name: str, index: int) -> dict[str, Any]:
+        """A container of this pod spec as the builder's own, to write into with ``put``/``append_to``.
+
+        Only for containers that are maps (``gpu.containers``, the slots);
+        their path is ``spec_path(list_name, index)``.
+        """
+        builder = self.builder
+        container: dict[str, Any] = builder.own(builder.own(self.spec, list_name), index)
+        return container
+
     def gpu_containers(self) -> list[gpu.ContainerRef]:
         """Containers of this pod spec that mention a GPU resource (as they are now)."""
         spec, refs = self.spec, []

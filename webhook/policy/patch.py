@@ -159,6 +159,47 @@ class PatchBuilder:
         self.ops.append({"op": "remove", "path": self._pointer(path)})
         return True
 
+    # Writes below a container this builder already owns (the pod spec a rule
+    # sees, one of its containers): no walk from the document's root, which
+    # costs ~0.2 µs a level on every write. ``parent_path`` is where ``parent``
+    # is, for the recorded operation's pointer.
+
+    def own(self, parent: Any, key: str | int) -> Any:
+        """The map or list under ``key`` of ``parent`` (owned), made the builder's own; None when neither."""
+        child: Any
+        if type(parent) is dict:
+            child = parent.get(key) if type(key) is str else None
+        elif type(key) is int and 0 <= key < len(parent):
+            child = parent[key]
+        else:
+            return None
+        kind = type(child)
+        if kind is not dict and kind is not list:
+            return None
+        if id(child) not in self._owned:
+            child = parent[key] = child.copy()
+            self._owned[id(child)] = child
+        return child
+
+    def put(self, parent: dict[str, Any], parent_path: Path, key: str, value: Any) -> bool:
+        """``set((*parent_path, key), value)`` for a map ``parent`` this builder owns."""
+        current = parent.get(key, _MISSING)
+        if current is not _MISSING and current is not None and current == value:
+            return False
+        parent[key] = value
+        path = self._pointer((*parent_path, key))
+        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": path, "value": value})
+        return True
+
+    def append_to(self, parent: dict[str, Any], parent_path: Path, key: str, item: Any) -> None:
+        """``append((*parent_path, key), item)`` for a map ``parent`` this builder owns."""
+        items = self.own(parent, key)
+        if type(items) is not list:
+            self.put(parent, parent_path, key, [item])
+            return
+        self.ops.append({"op": "add", "path": self._pointer((*parent_path, key, len(items))), "value": item})
+        items.append(item)
+
     def _pointer(self, path: Path) -> str:
         key = path if type(path) is tuple else tuple(path)
         text = self._pointers.get(key)

@@ -29,9 +29,8 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
         _report_violations(ctx, cfg, refs)
     container_scs = [_sc(ref.container) for ref in refs]
     changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
-    base = ctx.target.spec_path
     for ref, sc in zip(refs, container_scs):
-        changed |= _container_defaults(ctx, (*base, ref.list_name, ref.index, "securityContext"), sc)
+        changed |= _container_defaults(ctx, ref, sc)
     if changed:
         ctx.changed("securityContext")
 
@@ -78,15 +77,18 @@ def _pod_defaults(
         wanted["fsGroupChangePolicy"] = "OnRootMismatch"
     if cfg.seccompProfile and not every_container_has_seccomp:
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
-    path = (*ctx.target.spec_path, "securityContext")
     if not pod_sc:  # nothing set yet: one operation writes it whole
-        return ctx.builder.set(path, wanted) if wanted else False
-    return ctx.builder.fill(path, wanted)
+        return ctx.builder.put(ctx.spec, ctx.target.spec_path, "securityContext", wanted) if wanted else False
+    return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
-def _container_defaults(ctx: RuleContext, path: tuple[str | int, ...], sc: Mapping[str, Any]) -> bool:
+def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any]) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
-        return ctx.builder.set(path, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
+        return ctx.builder.put(
+            ctx.own_container(ref.list_name, ref.index), ctx.spec_path(ref.list_name, ref.index), "securityContext",
+            {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        )
+    path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
     if _needs_escalation(sc):
         return False
     caps = submap(sc, "capabilities")

@@ -44,9 +44,10 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     if not exists:
         _, size = min([_size_for(container, cfg) for _, _, container in targets])
         volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
-        ctx.builder.append((*base, "volumes"), volume)
+        ctx.builder.append_to(spec, base, "volumes", volume)
     for list_name, index, _ in targets:
-        ctx.builder.append((*base, list_name, index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
+        mount = {"name": name, "mountPath": MOUNT_PATH}
+        ctx.builder.append_to(ctx.own_container(list_name, index), (*base, list_name, index), "volumeMounts", mount)
     ctx.changed("shm")
 
 
