@@ -27,12 +27,33 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
+    pod_sc = _sc(spec)
     container_scs = [_sc(ref.container) for ref in refs]
-    changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
-    for ref, sc in zip(refs, container_scs):
-        changed |= _container_defaults(ctx, ref, sc)
+    if not pod_sc and not any(container_scs):
+        changed = _write_whole(ctx, cfg, refs)
+    else:
+        changed = _pod_defaults(ctx, cfg, pod_sc, container_scs)
+        for ref, sc in zip(refs, container_scs):
+            changed |= _container_defaults(ctx, ref, sc)
     if changed:
         ctx.changed("securityContext")
+
+
+def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> bool:
+    """The common case, nothing set anywhere: every default holds, each context is written as one operation.
+
+    (What _pod_defaults and _container_defaults decide when every context is empty.)
+    """
+    builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
+    wanted = dict(cfg.unset_pod_defaults)
+    if cfg.seccompProfile:  # no container has one
+        wanted["seccompProfile"] = {"type": cfg.seccompProfile}
+    builder.put(spec, base, "securityContext", wanted)
+    for ref in refs:
+        name, index = ref.list_name, ref.index
+        value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        builder.put(ctx.own_container(name, index), (*base, name, index), "securityContext", value)
+    return True
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
