@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +26,9 @@ class ResourceMatcher:
 
     exact: frozenset[str]
     prefixes: tuple[str, ...]
+    #: resource name → whether it matches, for the names seen so far (few: cpu,
+    #: memory, the GPUs...), so a pod's resources cost a lookup each; bounded
+    seen: dict[str, bool] = dataclass_field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> ResourceMatcher:
@@ -101,6 +105,9 @@ def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]
     return names
 
 
+#: how many resource names a matcher remembers (names can be user-chosen)
+MATCHES_SEEN = 1024
+
 #: (container list, index) → GPU resource names of that container, for the
 #: containers that mention any. Rules never change resources, so one
 #: evaluation works this out once per pod spec.
@@ -109,7 +116,7 @@ Slots = dict[tuple[str, int], frozenset[str]]
 
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     slots: Slots = {}
-    exact, prefixes = is_gpu.exact, is_gpu.prefixes
+    seen = is_gpu.seen
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is not list:
@@ -119,11 +126,15 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             if type(resources) is not dict:
                 continue
             names: set[str] | None = None
-            for field in ("limits", "requests"):
-                values = resources.get(field)
+            for values in (resources.get("limits"), resources.get("requests")):
                 if type(values) is dict:
                     for name in values:
-                        if name in exact or (prefixes and name.startswith(prefixes)):
+                        hit = seen.get(name)
+                        if hit is None:
+                            hit = is_gpu(name) if type(name) is str else False
+                            if len(seen) < MATCHES_SEEN:
+                                seen[name] = hit
+                        if hit:
                             if names is None:
                                 names = {name}
                             else:
