@@ -50,6 +50,8 @@ class RuleContext:
     device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
     #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
     _extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
+    #: (container list, index) → the container as the builder's own (own_container)
+    _containers: dict[tuple[str, int], dict[str, Any]] | None = None
 
     @property
     def workload_class(self) -> str:
@@ -77,10 +79,18 @@ class RuleContext:
         """A container of this pod spec as the builder's own, to write into with ``put``/``append_to``.
 
         Only for containers that are maps (``gpu.containers``, the slots);
-        their path is ``spec_path(list_name, index)``.
+        their path is ``spec_path(list_name, index)``. Remembered for this
+        builder: rules never replace a container or a container list whole.
         """
+        owned = self._containers
+        if owned is None:
+            owned = self._containers = {}
+        else:
+            container = owned.get((list_name, index))
+            if container is not None:
+                return container
         builder = self.builder
-        container: dict[str, Any] = builder.own(builder.own(self.spec, list_name), index)
+        container = owned[(list_name, index)] = builder.own(builder.own(self.spec, list_name), index)
         return container
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:

@@ -265,7 +265,7 @@ def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any
     """Run a mutation in warn/audit mode: report what it would change, change nothing."""
     scratch = Findings(findings=ctx.sink.findings)
     ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
-    ctx.spec = ctx.builder.owned(ctx.target.spec_path)
+    ctx.spec, ctx._containers = ctx.builder.owned(ctx.target.spec_path), None
     run(ctx, cfg)
     for change in dict.fromkeys(c.what for c in scratch.changes):
         ctx.report(f"{ctx.where()}: would set {change}")

@@ -187,8 +187,9 @@ class PatchBuilder:
         if current is not _MISSING and current is not None and current == value:
             return False
         parent[key] = value
-        path = self._pointer((*parent_path, key))
-        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": path, "value": value})
+        path = (*parent_path, key)
+        text = self._pointers.get(path) or self._pointer(path)
+        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": text, "value": value})
         return True
 
     def append_to(self, parent: dict[str, Any], parent_path: Path, key: str, item: Any) -> None:
@@ -197,7 +198,8 @@ class PatchBuilder:
         if type(items) is not list:
             self.put(parent, parent_path, key, [item])
             return
-        self.ops.append({"op": "add", "path": self._pointer((*parent_path, key, len(items))), "value": item})
+        path = (*parent_path, key, len(items))
+        self.ops.append({"op": "add", "path": self._pointers.get(path) or self._pointer(path), "value": item})
         items.append(item)
 
     def _pointer(self, path: Path) -> str:
