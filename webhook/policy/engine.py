@@ -121,13 +121,18 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
+#: one rule as a policy runs it: (rule name, mode, its run function, settings,
+#: run as a dry run (a mutation in warn/audit mode)?)
+_Step = tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool]
+
+
 @dataclass(frozen=True)
 class _PolicyPlan:
     """One policy as it runs on one kind in one phase, worked out once per policy set."""
 
     policy: schema.GPUPolicy
-    #: (rule name, mode, its run function, settings, run as a dry run (warn/audit mode)?)
-    rules: tuple[tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool], ...]
+    rules: tuple[_Step, ...]
+    dry: bool  # some of its rules run as dry runs
     is_gpu: gpu.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
@@ -135,6 +140,10 @@ class _PolicyPlan:
     by_class: bool  # has workload-class conditions, checked per pod spec
     classes: frozenset[str]  # the classes it applies to (empty: any)
     excluded_classes: frozenset[str]
+
+    def takes(self, workload_class: str) -> bool:
+        """Does it apply to a pod spec of this workload class?"""
+        return (not self.classes or workload_class in self.classes) and workload_class not in self.excluded_classes
 
 
 def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
@@ -149,11 +158,13 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
                 continue
             spec = policy.spec
             is_gpu, narrower = policies.matcher_of(policy)
+            steps = tuple(
+                (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
+            )
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple(
-                    (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
-                ),
+                rules=steps,
+                dry=any(step[4] for step in steps),
                 is_gpu=is_gpu,
                 narrower=narrower,
                 gpu_only=spec.match.gpuOnly,
@@ -177,13 +188,15 @@ def _evaluate(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
 ) -> Decision:
     targets = pod_targets(obj, paths)
-    slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
-    claims = _claims(policies, request, obj, targets, slots, view)
+    specs = [_get(obj, t.spec_path) for t in targets]
+    any_gpu = policies.any_gpu
+    slots = [gpu.gpu_slots(spec, any_gpu) for spec in specs]
+    claims = _claims(policies, request, specs, slots, view)
     # GPU claims make a GPU pod even when no container uses them (the pod holds the devices,
     # on their node); a claim the view cannot resolve may be one: validations look at it
-    claimed = [c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown)))
-               for c in claims]
-    if not any(slots) and not policies.looks_beyond_gpu_pods and not any(claimed):
+    gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
+                for s, c in zip(slots, claims)]
+    if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
@@ -192,33 +205,31 @@ def _evaluate(
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     contexts: list[RuleContext | None] = [None] * len(targets)
     for plan in plans:
-        policy = plan.policy
-        if plan.by_namespace and not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
+        if plan.by_namespace and not match.policy_applies(
+            plan.policy, request.group, request.kind, request.namespace, ns_labels
+        ):
             continue
-        for index, target in enumerate(targets):
-            if plan.gpu_only and not slots[index] and not claimed[index]:
+        for index, ctx in enumerate(contexts):
+            if plan.gpu_only and not gpu_pods[index]:
                 continue
-            ctx = contexts[index]
             if ctx is None:
                 # positional: keyword arguments cost as much again on every admission
+                target = targets[index]
                 ctx = contexts[index] = RuleContext(
-                    request, view, phase, policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
-                    builder.owned(target.spec_path), policies.classifier, slots[index],
+                    request, view, phase, plan.policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
+                    builder.owned(target.spec_path), policies.classifier, slots[index], None, claims[index],
+                    claim_gpus.ClusterClasses(policies.device_classes, view),
                 )
-                ctx.claims, ctx.device_classes = claims[index], claim_gpus.ClusterClasses(policies.device_classes, view)
-            if plan.by_class:
-                workload_class = ctx.workload_class
-                if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
-                    continue
-            ctx.policy, ctx.is_gpu = policy, plan.is_gpu
+            if plan.by_class and not plan.takes(ctx.workload_class):
+                continue
+            ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
             ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
-            for name, mode, run, cfg, dry in plan.rules:
-                ctx.rule = name
-                ctx.mode = mode
-                if dry:
-                    _dry_run(replace(ctx), run, cfg)
-                else:
-                    run(ctx, cfg)
+            if plan.dry:
+                _run_some_dry(ctx, plan.rules)
+                continue
+            for name, mode, run, cfg, _ in plan.rules:
+                ctx.rule, ctx.mode = name, mode
+                run(ctx, cfg)
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
@@ -226,14 +237,12 @@ def _evaluate(
 
 
 def _claims(
-    policies: PolicySet, request: Request, obj: dict[str, Any], targets: list[Any], slots: list[gpu.Slots],
-    view: ClusterView,
+    policies: PolicySet, request: Request, specs: list[Mapping[str, Any]], slots: list[gpu.Slots], view: ClusterView
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
-    found: list[claim_gpus.PodClaims | None] = [None] * len(targets)
+    found: list[claim_gpus.PodClaims | None] = [None] * len(specs)
     classes = None
-    for index, target in enumerate(targets):
-        spec = _get(obj, target.spec_path)
+    for index, spec in enumerate(specs):
         if "resourceClaims" in spec:
             classes = classes or claim_gpus.ClusterClasses(policies.device_classes, view)
             found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
@@ -259,6 +268,16 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     for key in path:
         node = node[key]
     return node if isinstance(node, dict) else {}
+
+
+def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...]) -> None:
+    """A policy's rules where some mutations only report what they would change."""
+    for name, mode, run, cfg, dry in rules:
+        ctx.rule, ctx.mode = name, mode
+        if dry:
+            _dry_run(replace(ctx), run, cfg)
+        else:
+            run(ctx, cfg)
 
 
 def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:

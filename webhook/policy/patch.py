@@ -176,31 +176,45 @@ class PatchBuilder:
         kind = type(child)
         if kind is not dict and kind is not list:
             return None
-        if id(child) not in self._owned:
-            child = parent[key] = child.copy()
-            self._owned[id(child)] = child
+        if id(child) in self._owned:
+            return child
+        child = parent[key] = child.copy()
+        self._owned[id(child)] = child
         return child
 
-    def put(self, parent: dict[str, Any], parent_path: Path, key: str, value: Any) -> bool:
+    def own_item(self, items: list[Any], index: int) -> Any:
+        """``own(items, index)`` for an owned list and an index known to hold a map or list."""
+        child = items[index]
+        if id(child) in self._owned:
+            return child
+        child = items[index] = child.copy()
+        self._owned[id(child)] = child
+        return child
+
+    def put(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, value: Any) -> bool:
         """``set((*parent_path, key), value)`` for a map ``parent`` this builder owns."""
         current = parent.get(key, _MISSING)
         if current is not _MISSING and current is not None and current == value:
             return False
         parent[key] = value
-        path = (*parent_path, key)
+        path = parent_path + (key,)
         text = self._pointers.get(path) or self._pointer(path)
         self.ops.append({"op": "add" if current is _MISSING else "replace", "path": text, "value": value})
         return True
 
-    def append_to(self, parent: dict[str, Any], parent_path: Path, key: str, item: Any) -> None:
+    def append_to(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, item: Any) -> None:
         """``append((*parent_path, key), item)`` for a map ``parent`` this builder owns."""
-        items = self.own(parent, key)
+        items = parent.get(key)
         if type(items) is not list:
             self.put(parent, parent_path, key, [item])
             return
-        path = (*parent_path, key, len(items))
+        path = parent_path + (key, len(items))
+        if id(items) in self._owned:
+            items.append(item)
+        else:  # copied with the item, in one step
+            items = parent[key] = [*items, item]
+            self._owned[id(items)] = items
         self.ops.append({"op": "add", "path": self._pointers.get(path) or self._pointer(path), "value": item})
-        items.append(item)
 
     def _pointer(self, path: Path) -> str:
         key = path if type(path) is tuple else tuple(path)

@@ -6,7 +6,6 @@ sees every GPU of the node unless the variable is overridden.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from webhook.policy import gpu
@@ -19,9 +18,9 @@ HIDDEN = ("void", "none", "")
 
 
 def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
-    pod_has_gpu = bool(ctx.slots)
-    spec = ctx.spec
-    if pod_has_gpu and len(ctx.slots) == _count(spec, "initContainers") + _count(spec, "containers"):
+    slots, spec = ctx.slots, ctx.spec
+    pod_has_gpu = bool(slots)
+    if pod_has_gpu and len(slots) == _count(spec.get("initContainers")) + _count(spec.get("containers")):
         return  # every container requested a GPU
     for ref in gpu.containers(spec):
         if ctx.gpu_names(ref):
@@ -43,6 +42,5 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
             )
 
 
-def _count(spec: Mapping[str, Any], list_name: str) -> int:
-    items = spec.get(list_name)
+def _count(items: Any) -> int:
     return len(items) if type(items) is list else 0

@@ -27,12 +27,12 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
-    pod_sc = _sc(spec)
-    container_scs = [_sc(ref.container) for ref in refs]
-    if not pod_sc and not any(container_scs):
+    if not spec.get("securityContext") and not any([ref.container.get("securityContext") for ref in refs]):
+        # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads it)
         changed = _write_whole(ctx, cfg, refs)
     else:
-        changed = _pod_defaults(ctx, cfg, pod_sc, container_scs)
+        container_scs = [_sc(ref.container) for ref in refs]
+        changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
         for ref, sc in zip(refs, container_scs):
             changed |= _container_defaults(ctx, ref, sc)
     if changed:
@@ -52,7 +52,7 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.Cont
     for ref in refs:
         name, index = ref.list_name, ref.index
         value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-        builder.put(ctx.own_container(name, index), (*base, name, index), "securityContext", value)
+        builder.put(ctx.own_container(name, index), base + (name, index), "securityContext", value)
     return True
 
 

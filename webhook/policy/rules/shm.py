@@ -47,7 +47,7 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         builder.append_to(spec, base, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     for list_name, index, _ in targets:
         mount = {"name": name, "mountPath": MOUNT_PATH}
-        builder.append_to(ctx.own_container(list_name, index), (*base, list_name, index), "volumeMounts", mount)
+        builder.append_to(ctx.own_container(list_name, index), base + (list_name, index), "volumeMounts", mount)
     ctx.changed("shm")
 
 
