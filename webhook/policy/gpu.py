@@ -26,9 +26,11 @@ class ResourceMatcher:
 
     exact: frozenset[str]
     prefixes: tuple[str, ...]
-    #: resource name → whether it matches, for the names seen so far (few: cpu,
-    #: memory, the GPUs...), so a pod's resources cost a lookup each; bounded
-    seen: dict[str, bool] = dataclass_field(default_factory=dict, compare=False, repr=False)
+    #: the resource names seen so far (few: cpu, memory, the GPUs...), and those
+    #: of them that match, so that a pod's resources are sorted by set
+    #: operations in C rather than name by name; bounded
+    seen: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
+    matching: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> ResourceMatcher:
@@ -40,6 +42,19 @@ class ResourceMatcher:
 
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
+
+    def among(self, names: Mapping[str, Any]) -> set[str]:
+        """The names (keys of a resource map) this matches."""
+        keys = names.keys()
+        if keys <= self.seen:
+            return keys & self.matching
+        if len(self.seen) >= MATCHES_SEEN:  # names can be user-chosen: stop remembering
+            return {n for n in keys if type(n) is str and self(n)}
+        for name in keys - self.seen:
+            self.seen.add(name)
+            if type(name) is str and self(name):
+                self.matching.add(name)
+        return keys & self.matching
 
     def any_of(self, slots: Slots) -> bool:
         """Does any container of these slots mention a resource this matches?"""
@@ -116,7 +131,7 @@ Slots = dict[tuple[str, int], frozenset[str]]
 
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     slots: Slots = {}
-    seen = is_gpu.seen
+    among = is_gpu.among
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is not list:
@@ -125,20 +140,10 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             resources = container.get("resources") if type(container) is dict else None
             if type(resources) is not dict:
                 continue
-            names: set[str] | None = None
-            for values in (resources.get("limits"), resources.get("requests")):
-                if type(values) is dict:
-                    for name in values:
-                        hit = seen.get(name)
-                        if hit is None:
-                            hit = is_gpu(name) if type(name) is str else False
-                            if len(seen) < MATCHES_SEEN:
-                                seen[name] = hit
-                        if hit:
-                            if names is None:
-                                names = {name}
-                            else:
-                                names.add(name)
+            limits, requests = resources.get("limits"), resources.get("requests")
+            names = among(limits) if type(limits) is dict else None
+            if type(requests) is dict:
+                names = among(requests) | names if names else among(requests)
             if names:
                 slots[(list_name, index)] = frozenset(names)
     return slots
