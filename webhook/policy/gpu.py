@@ -172,15 +172,19 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher, slots: Slots | No
     beside everything started after them. So the pod needs the larger of:
     every app container plus every sidecar, and each plain init container
     plus the sidecars started before it (Kubernetes' effective request).
-    Containers without GPUs add nothing, so ``slots`` may narrow the walk to the others.
+    Containers without GPUs add nothing, so ``slots`` (``gpu_slots`` of this
+    spec for ``is_gpu``, or narrowed to it) may narrow the walk to the others.
     """
     app: dict[str, Decimal] = {}
     sidecars: dict[str, Decimal] = {}
     peak: dict[str, Decimal] = {}
-    # ``slots`` (gpu_slots of this spec, in the pod's order) skips the containers without GPUs
-    refs = containers(spec) if slots is None else [ContainerRef(n, i, spec[n][i]) for n, i in slots]
-    for ref in refs:
-        names = gpu_names(ref.container, is_gpu)
+    # ``slots`` (in the pod's order) skip the containers without GPUs and name the GPUs of the others
+    found: list[tuple[ContainerRef, Iterable[str]]]
+    if slots is None:
+        found = [(ref, gpu_names(ref.container, is_gpu)) for ref in containers(spec)]
+    else:
+        found = [(ContainerRef(n, i, spec[n][i]), names) for (n, i), names in slots.items()]
+    for ref, names in found:
         if not ref.is_init:
             for name in names:
                 app[name] = app.get(name, Decimal(0)) + gpu_count(ref.container, name)
