@@ -34,7 +34,7 @@ from webhook.policy.rules import (
     training_locality,
 )
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import pod_targets
+from webhook.policy.workload import PodTarget, pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
@@ -146,7 +146,30 @@ class _PolicyPlan:
         return (not self.classes or workload_class in self.classes) and workload_class not in self.excluded_classes
 
 
-def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
+class _Plans:
+    """The plans of one kind in one phase, and which of them apply to a pod spec of a given class."""
+
+    __slots__ = ("policies", "by_class", "_applying")
+
+    def __init__(self, policies: tuple[_PolicyPlan, ...]) -> None:
+        self.policies = policies
+        self.by_class = any(p.by_class for p in policies)  # some apply to some workload classes only
+        # (class, GPU pod?) → the plans that apply; classes are the policy set's, so this stays small
+        self._applying: dict[tuple[str, bool], tuple[_PolicyPlan, ...]] = {}
+
+    def applying(self, workload_class: str, gpu_pod: bool) -> tuple[_PolicyPlan, ...]:
+        """The plans for a pod spec of this class (ignored unless ``by_class``), in order; namespaces aside."""
+        key = (workload_class, gpu_pod)
+        found = self._applying.get(key)
+        if found is None:
+            found = self._applying[key] = tuple(
+                p for p in self.policies
+                if (gpu_pod or not p.gpu_only) and (not p.by_class or p.takes(workload_class))
+            )
+        return found
+
+
+def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
     """The policies that can apply to ``kind`` in ``phase``, with their rules (worked out once)."""
     key = ("plans", group, kind, phase)
     plans = policies.memo.get(key)
@@ -176,7 +199,7 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
                 classes=frozenset(spec.match.workloadClasses),
                 excluded_classes=frozenset(spec.exclude.workloadClasses if spec.exclude is not None else ()),
             ))
-        plans = policies.memo[key] = tuple(built)
+        plans = policies.memo[key] = _Plans(tuple(built))
     return plans
 
 
@@ -201,39 +224,66 @@ def _evaluate(
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
-    sink = Findings()
+    sink = Findings([], [])
     # one context per pod spec, carried from policy to policy (its class is worked out once)
-    contexts: list[RuleContext | None] = [None] * len(targets)
-    for plan in plans:
-        if plan.by_namespace and not match.policy_applies(
-            plan.policy, request.group, request.kind, request.namespace, ns_labels
-        ):
-            continue
-        for index, ctx in enumerate(contexts):
-            if plan.gpu_only and not gpu_pods[index]:
+    if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
+        ctx = _context(
+            policies, request, view, phase, plans.policies[0].policy, targets[0], ns_labels, builder, sink, slots[0],
+            claims[0],
+        )
+        for plan in plans.applying(ctx.workload_class if plans.by_class else "", gpu_pods[0]):
+            if plan.by_namespace and not match.policy_applies(
+                plan.policy, request.group, request.kind, request.namespace, ns_labels
+            ):
                 continue
-            if ctx is None:
-                # positional: keyword arguments cost as much again on every admission
-                target = targets[index]
-                ctx = contexts[index] = RuleContext(
-                    request, view, phase, plan.policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
-                    builder.owned(target.spec_path), policies.classifier, slots[index], None, claims[index],
-                    claim_gpus.ClusterClasses(policies.device_classes, view),
+            _run_plan(ctx, plan, slots[0])
+    else:
+        contexts: list[RuleContext | None] = [None] * len(targets)
+        for plan in plans.policies:
+            if plan.by_namespace and not match.policy_applies(
+                plan.policy, request.group, request.kind, request.namespace, ns_labels
+            ):
+                continue
+            for index, target in enumerate(targets):
+                if plan.gpu_only and not gpu_pods[index]:
+                    continue
+                ctx = contexts[index] or _context(
+                    policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
+                    claims[index],
                 )
-            if plan.by_class and not plan.takes(ctx.workload_class):
-                continue
-            ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
-            ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
-            if plan.dry:
-                _run_some_dry(ctx, plan.rules)
-                continue
-            for name, mode, run, cfg, _ in plan.rules:
-                ctx.rule, ctx.mode = name, mode
-                run(ctx, cfg)
+                contexts[index] = ctx
+                if not plan.by_class or plan.takes(ctx.workload_class):
+                    _run_plan(ctx, plan, slots[index])
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
     return _decide(builder, sink, summary)
+
+
+def _context(
+    policies: PolicySet, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, target: PodTarget,
+    ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: gpu.Slots,
+    claims: claim_gpus.PodClaims | None,
+) -> RuleContext:
+    # positional: keyword arguments cost as much again on every admission; the
+    # policy, its matcher and the rule are set again before each rule runs
+    return RuleContext(
+        request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
+        builder.owned(target.spec_path), policies.classifier, slots, None, claims,
+        claim_gpus.ClusterClasses(policies.device_classes, view),
+    )
+
+
+def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
+    """One policy's rules on one pod spec."""
+    ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
+    ctx.slots = gpu.narrow(slots, plan.is_gpu) if plan.narrower else slots
+    if plan.dry:
+        _run_some_dry(ctx, plan.rules)
+        return
+    for name, mode, run, cfg, _ in plan.rules:
+        ctx.rule, ctx.mode = name, mode
+        run(ctx, cfg)
 
 
 def _claims(
