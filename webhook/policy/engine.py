@@ -342,7 +342,7 @@ def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any
 
 def _record_provenance(builder: PatchBuilder, summary: str) -> None:
     """Name what changed and which policy did it, merged into an earlier pass's note."""
-    metadata = builder.doc.get("metadata")
+    metadata = builder.own(builder.owned(()), "metadata")  # the root is the builder's once a rule wrote
     annotations = metadata.get("annotations") if type(metadata) is dict else None
     if annotations is not None and type(annotations) is not dict:
         return  # not an object kube-apiserver would accept; nothing to annotate
@@ -353,7 +353,6 @@ def _record_provenance(builder: PatchBuilder, summary: str) -> None:
         rules.update(more_rules)
         policies.update(more_policies)
         summary = f"{','.join(rules)}; policy={','.join(policies)}"
-    metadata = builder.owned(("metadata",))
     if type(metadata) is not dict:
         builder.set(("metadata", "annotations", PROVENANCE_ANNOTATION), summary)
     elif annotations is None:  # absent or null: written whole
@@ -374,8 +373,8 @@ def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
     parts: dict[str, None] = {}
     owners: dict[str, None] = {}
-    for change in changes:
-        parts[change.what] = owners[change.policy] = None
+    for policy, _, what in changes:
+        parts[what] = owners[policy] = None
     return f"{','.join(parts)}; policy={','.join(owners)}"
 
 
