@@ -161,7 +161,7 @@ class NodeFilter:
             terms = required.get("nodeSelectorTerms")
             self.terms = [_term(t) for t in terms] if isinstance(terms, list) else []
         held = [*sublist(spec, "tolerations"), *extra_tolerations]
-        self.tolerations = [_toleration(t) for t in held if isinstance(t, Mapping)]
+        self.tolerations = [_toleration(t) for t in held if type(t) is dict or isinstance(t, Mapping)]
         self.needs = [(name, max(count, Decimal(1))) for name, count in needs.items()]
         #: the pod asks about something that differs from node to node within a group
         self.per_node = bool(self.pinned) or _per_node(self.selector, self.terms, self.needs)
@@ -191,9 +191,10 @@ class NodeFilter:
         if not _taints_tolerated(self.tolerations, traits.taints):
             return False
         amounts = traits.amounts
-        if not all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs):
-            return False
-        return self._devices_fit(traits)
+        for resource, count in self.needs:
+            if amounts.get(resource, _ZERO) < count:
+                return False
+        return self.devices is None or self._devices_fit(traits)
 
     def _devices_fit(self, traits: nodegroups.Traits) -> bool:
         published = traits.devices
