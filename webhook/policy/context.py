@@ -11,7 +11,7 @@ from webhook.policy import gpu, match, schema
 from webhook.policy.claim_gpus import PodClaims
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.decision import Change, Finding
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, lookup
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
@@ -56,20 +56,19 @@ class RuleContext:
     @property
     def workload_class(self) -> str:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
-        if self._workload_class is None:
-            meta = self.meta
-            request = self.request
-            self._workload_class = self.classes.classify(
+        found = self._workload_class
+        if found is None:
+            meta, request = self.meta, self.request
+            found = self._workload_class = self.classes.classify(
                 meta, owner_kinds(meta), request.kind, request.namespace, self.ns_labels
             )
-        return self._workload_class
+        return found
 
     @property
     def meta(self) -> Mapping[str, Any]:
         """The pod (template) metadata, {} when the spec has none."""
-        if self.target.meta_path is None:
-            return {}
-        value = self.builder.get(self.target.meta_path)
+        path = self.target.meta_path
+        value = lookup(self.builder.doc, path) if path is not None else None
         return value if isinstance(value, dict) else {}
 
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:

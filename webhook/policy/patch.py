@@ -164,23 +164,17 @@ class PatchBuilder:
     # costs ~0.2 µs a level on every write. ``parent_path`` is where ``parent``
     # is, for the recorded operation's pointer.
 
-    def own(self, parent: Any, key: str | int) -> Any:
-        """The map or list under ``key`` of ``parent`` (owned), made the builder's own; None when neither."""
-        child: Any
-        if type(parent) is dict:
-            child = parent.get(key) if type(key) is str else None
-        elif type(key) is int and 0 <= key < len(parent):
-            child = parent[key]
-        else:
-            return None
+    def own(self, parent: dict[str, Any], key: str) -> Any:
+        """The map or list under ``key`` of a map ``parent`` (owned), made the builder's own; None when neither."""
+        child = parent.get(key)
         kind = type(child)
-        if kind is not dict and kind is not list:
-            return None
-        if id(child) in self._owned:
+        if kind is dict or kind is list:
+            owned = self._owned
+            if id(child) not in owned:
+                child = parent[key] = child.copy()  # type: ignore[union-attr]
+                owned[id(child)] = child
             return child
-        child = parent[key] = child.copy()
-        self._owned[id(child)] = child
-        return child
+        return None
 
     def own_item(self, items: list[Any], index: int) -> Any:
         """``own(items, index)`` for an owned list and an index known to hold a map or list."""
