@@ -211,14 +211,20 @@ def _evaluate(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
 ) -> Decision:
     targets = pod_targets(obj, paths)
-    specs = [_get(obj, t.spec_path) for t in targets]
     any_gpu = policies.any_gpu
-    slots = [gpu.gpu_slots(spec, any_gpu) for spec in specs]
+    specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
+    for target in targets:
+        spec = _get(obj, target.spec_path)
+        specs.append(spec)
+        slots.append(gpu.gpu_slots(spec, any_gpu))
     claims = _claims(policies, request, specs, slots, view)
-    # GPU claims make a GPU pod even when no container uses them (the pod holds the devices,
-    # on their node); a claim the view cannot resolve may be one: validations look at it
-    gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
-                for s, c in zip(slots, claims)]
+    # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
+    # no container uses them (the pod holds the devices, on their node); a claim the view
+    # cannot resolve may be one: validations look at it
+    gpu_pods: list[Any] = slots
+    if any(claims):
+        gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
+                    for s, c in zip(slots, claims)]
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
@@ -231,7 +237,7 @@ def _evaluate(
             policies, request, view, phase, plans.policies[0].policy, targets[0], ns_labels, builder, sink, slots[0],
             claims[0],
         )
-        for plan in plans.applying(ctx.workload_class if plans.by_class else "", gpu_pods[0]):
+        for plan in plans.applying(ctx.workload_class if plans.by_class else "", bool(gpu_pods[0])):
             if plan.by_namespace and not match.policy_applies(
                 plan.policy, request.group, request.kind, request.namespace, ns_labels
             ):

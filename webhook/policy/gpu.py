@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from decimal import Decimal
@@ -43,11 +43,12 @@ class ResourceMatcher:
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
 
-    def among(self, names: Mapping[str, Any]) -> set[str]:
+    def among(self, names: Mapping[str, Any]) -> AbstractSet[str]:
         """The names (keys of a resource map) this matches."""
         keys = names.keys()
         if keys <= self.seen:
-            return keys & self.matching
+            # most maps hold no GPU at all (cpu, memory): answered without building a set
+            return keys & self.matching if not self.matching.isdisjoint(keys) else _NO_NAMES
         if len(self.seen) >= MATCHES_SEEN:  # names can be user-chosen: stop remembering
             return {n for n in keys if type(n) is str and self(n)}
         for name in keys - self.seen:
@@ -119,6 +120,8 @@ def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]
     names.update(n for n in resource_map(container, "requests") if is_gpu(n))
     return names
 
+
+_NO_NAMES: frozenset[str] = frozenset()
 
 #: how many resource names a matcher remembers (names can be user-chosen)
 MATCHES_SEEN = 1024
