@@ -17,6 +17,9 @@ from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
 
 
+_new_tuple = tuple.__new__
+
+
 @dataclass(slots=True)
 class Findings:
     """Collects what rules found and changed during one evaluation."""
@@ -147,4 +150,5 @@ class RuleContext:
 
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
-        self.sink.changes.append(Change(self.policy.metadata.name, self.rule, what))
+        # what Change(...) does, without the named tuple's __new__, a Python function on CPython 3.11
+        self.sink.changes.append(_new_tuple(Change, (self.policy.metadata.name, self.rule, what)))

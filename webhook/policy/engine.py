@@ -38,6 +38,8 @@ from webhook.policy.workload import PodTarget, pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
+_new_tuple = tuple.__new__
+
 
 @dataclass(frozen=True)
 class _Rule:
@@ -393,5 +395,7 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
             warnings.append(finding.text())
         elif finding.mode == "enforce":
             allowed = False
-    # allowed, patch, warnings, findings, changes, patched (positional: this runs on every admission)
-    return Decision(allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)
+    # allowed, patch, warnings, findings, changes, patched: Decision(...) without the named
+    # tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
+    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)
+    return _new_tuple(Decision, fields)
