@@ -52,9 +52,10 @@ class ResourceMatcher:
         if len(self.seen) >= MATCHES_SEEN:  # names can be user-chosen: stop remembering
             return {n for n in keys if type(n) is str and self(n)}
         for name in keys - self.seen:
-            self.seen.add(name)
+            # matching first: worker threads evaluate too, and a name in ``seen`` must have its answer
             if type(name) is str and self(name):
                 self.matching.add(name)
+            self.seen.add(name)
         return keys & self.matching
 
     def any_of(self, slots: Slots) -> bool:
