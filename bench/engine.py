@@ -4,6 +4,9 @@ Prints medians and their ratio (target: evaluation <= 0.5x the JSON round
 trip). Both run in this process, interleaved, so machine noise hits both.
 ``--large`` also times validation against a synthetic large cluster (2,000
 GPU nodes, 8,000 GPU pods, quota caps on), which is not part of the target.
+``--opcodes`` also counts the Python bytecodes one evaluation of each case
+executes: unlike time, the count does not move with the machine's load, so
+it shows a change of a few percent that timings on a shared machine hide.
 
     make bench-engine            # or: python bench/engine.py [--rounds N] [--large]
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -97,6 +101,27 @@ def large(text: str) -> None:
     print(f"validate, 2000 nodes + 8000 GPU pods, quota caps on: median {statistics.median(samples) * 1e3:.1f} ms")
 
 
+def opcodes(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(Python bytecodes, Python calls) one run of ``fn`` executes, counted with sys.settrace."""
+    fn()  # warm: caches per policy set and per image are filled, as on a running server
+    counts = [0, 0]
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if event == "call":
+            counts[1] += 1
+            frame.f_trace_opcodes, frame.f_trace_lines = True, False
+        elif event == "opcode":
+            counts[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return counts[0], counts[1]
+
+
 def _pod_with(containers: int) -> Request:
     """A pod of ``containers`` GPU containers (a one-GPU worker each)."""
     return Request.for_object({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wide", "namespace": "ml"}, "spec": {
@@ -127,6 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--large", action="store_true", help="also validate against a large synthetic cluster")
+    parser.add_argument("--opcodes", action="store_true", help="also count the bytecodes of one evaluation of each case")
     args = parser.parse_args()
     text = (REVIEW if REVIEW.exists() else FALLBACK).read_text()
     policies = loader.load_directory(REPO / "policies")
@@ -157,6 +183,11 @@ def main() -> None:
     ratio = statistics.median(samples["evaluate 4-GPU training pod"]) / base
     print(f"target: evaluate <= 0.50x baseline -> {'met' if ratio <= 0.5 else 'NOT met'} ({ratio:.2f}x)")
     slope(policies, max(3, args.rounds // 3))
+    if args.opcodes:
+        for name, fn in cases.items():
+            if name.startswith(("evaluate", "mutate", "validate")):
+                ops, calls = opcodes(fn)
+                print(f"{name:32} {ops:6} Python bytecodes, {calls:4} Python calls per evaluation")
     if args.large:
         large(text)
 

@@ -26,6 +26,18 @@ def test_bench_engine_prints_every_case_and_the_target_verdict() -> None:
     assert re.search(r"^validate, 2000 nodes \+ 8000 GPU pods, quota caps on: median [\d.]+ ms$", out, re.M), out
 
 
+def test_bench_engine_counts_the_bytecodes_of_an_evaluation() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/engine.py", "--rounds", "1", "--batch", "2", "--opcodes"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )
+    counts = dict(re.findall(r"^(\S.*?)\s+(\d+) Python bytecodes, +\d+ Python calls per evaluation$", result.stdout, re.M))
+    assert counts.keys() == {"evaluate 4-GPU training pod", "evaluate pod without GPU", "mutate, example cluster",
+                             "validate, example cluster"}, result.stdout
+    # a pod without GPUs leaves right after finding none; a GPU pod runs the policies
+    assert 0 < int(counts["evaluate pod without GPU"]) < int(counts["evaluate 4-GPU training pod"]), result.stdout
+
+
 def test_bench_scale_prints_both_clusters_and_the_ratio() -> None:
     result = subprocess.run(
         [sys.executable, "bench/scale.py", "--rounds", "1", "--batch", "1", "--nodes", "200", "--pods", "2000"],

@@ -94,3 +94,32 @@ def test_recorded_patch_reproduces_the_document(doc: dict[str, Any], steps: list
         _apply_edit(b, op, path, value)
     assert doc == original, "the input object must never be modified"
     assert apply_patch(original, b.ops) == b.doc
+
+
+def _anchored(b: PatchBuilder, parent_path: list[str]) -> Any:
+    """The map at ``parent_path`` reached through ``own`` from the builder's own root, as rules reach a container."""
+    node = b.owned(())
+    for key in parent_path:
+        node = b.own(node, key)
+    return node
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(KEYS, JSON, max_size=4), steps=edits())
+def test_writes_below_an_owned_map_record_what_walks_from_the_root_do(doc: dict[str, Any], steps: list[Any]) -> None:
+    original = copy.deepcopy(doc)
+    walked, anchored = PatchBuilder(doc), PatchBuilder(doc)
+    for op, path, value in steps:
+        parent_path, key = path[:-1], path[-1]
+        if not isinstance(walked.get(parent_path), dict) or op not in ("set", "append"):
+            continue  # put/append_to write below an existing map
+        parent = _anchored(anchored, parent_path)
+        assert isinstance(parent, dict)
+        if op == "set":
+            assert anchored.put(parent, tuple(parent_path), key, value) == walked.set(path, value)
+        else:
+            anchored.append_to(parent, tuple(parent_path), key, value)
+            walked.append(path, value)
+    assert doc == original, "the input object must never be modified"
+    assert anchored.ops == walked.ops
+    assert anchored.doc == walked.doc

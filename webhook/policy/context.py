@@ -11,10 +11,13 @@ from webhook.policy import gpu, match, schema
 from webhook.policy.claim_gpus import PodClaims
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.decision import Change, Finding
-from webhook.policy.patch import PatchBuilder
+from webhook.policy.patch import PatchBuilder, lookup
 from webhook.policy.request import Phase, Request
 from webhook.policy.view import ClusterView
 from webhook.policy.workload import PodTarget, owner_kinds
+
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -50,28 +53,47 @@ class RuleContext:
     device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
     #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
     _extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
+    #: (container list, index) → the container as the builder's own (own_container)
+    _containers: dict[tuple[str, int], dict[str, Any]] | None = None
 
     @property
     def workload_class(self) -> str:
         """The pod spec's workload class ("" when none matches), worked out on first use."""
-        if self._workload_class is None:
-            meta = self.meta
-            request = self.request
-            self._workload_class = self.classes.classify(
+        found = self._workload_class
+        if found is None:
+            meta, request = self.meta, self.request
+            found = self._workload_class = self.classes.classify(
                 meta, owner_kinds(meta), request.kind, request.namespace, self.ns_labels
             )
-        return self._workload_class
+        return found
 
     @property
     def meta(self) -> Mapping[str, Any]:
         """The pod (template) metadata, {} when the spec has none."""
-        if self.target.meta_path is None:
-            return {}
-        value = self.builder.get(self.target.meta_path)
+        path = self.target.meta_path
+        value = lookup(self.builder.doc, path) if path is not None else None
         return value if isinstance(value, dict) else {}
 
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
         return (*self.target.spec_path, *rest)
+
+    def own_container(self, list_name: str, index: int) -> dict[str, Any]:
+        """A container of this pod spec as the builder's own, to write into with ``put``/``append_to``.
+
+        Only for containers that are maps (``gpu.containers``, the slots);
+        their path is ``spec_path(list_name, index)``. Remembered for this
+        builder: rules never replace a container or a container list whole.
+        """
+        owned = self._containers
+        if owned is None:
+            owned = self._containers = {}
+        else:
+            container = owned.get((list_name, index))
+            if container is not None:
+                return container
+        builder = self.builder
+        container = owned[(list_name, index)] = builder.own_item(builder.own(self.spec, list_name), index)
+        return container
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:
         """Containers of this pod spec that mention a GPU resource (as they are now)."""
@@ -128,4 +150,5 @@ class RuleContext:
 
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
-        self.sink.changes.append(Change(self.policy.metadata.name, self.rule, what))
+        # what Change(...) does, without the named tuple's __new__, a Python function on CPython 3.11
+        self.sink.changes.append(_new_tuple(Change, (self.policy.metadata.name, self.rule, what)))

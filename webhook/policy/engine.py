@@ -34,9 +34,11 @@ from webhook.policy.rules import (
     training_locality,
 )
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import pod_targets
+from webhook.policy.workload import PodTarget, pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -121,13 +123,18 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
+#: one rule as a policy runs it: (rule name, mode, its run function, settings,
+#: run as a dry run (a mutation in warn/audit mode)?)
+_Step = tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool]
+
+
 @dataclass(frozen=True)
 class _PolicyPlan:
     """One policy as it runs on one kind in one phase, worked out once per policy set."""
 
     policy: schema.GPUPolicy
-    #: (rule name, mode, its run function, settings, run as a dry run (warn/audit mode)?)
-    rules: tuple[tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool], ...]
+    rules: tuple[_Step, ...]
+    dry: bool  # some of its rules run as dry runs
     is_gpu: gpu.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
@@ -136,8 +143,35 @@ class _PolicyPlan:
     classes: frozenset[str]  # the classes it applies to (empty: any)
     excluded_classes: frozenset[str]
 
+    def takes(self, workload_class: str) -> bool:
+        """Does it apply to a pod spec of this workload class?"""
+        return (not self.classes or workload_class in self.classes) and workload_class not in self.excluded_classes
 
-def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
+
+class _Plans:
+    """The plans of one kind in one phase, and which of them apply to a pod spec of a given class."""
+
+    __slots__ = ("policies", "by_class", "_applying")
+
+    def __init__(self, policies: tuple[_PolicyPlan, ...]) -> None:
+        self.policies = policies
+        self.by_class = any(p.by_class for p in policies)  # some apply to some workload classes only
+        # (class, GPU pod?) → the plans that apply; classes are the policy set's, so this stays small
+        self._applying: dict[tuple[str, bool], tuple[_PolicyPlan, ...]] = {}
+
+    def applying(self, workload_class: str, gpu_pod: bool) -> tuple[_PolicyPlan, ...]:
+        """The plans for a pod spec of this class (ignored unless ``by_class``), in order; namespaces aside."""
+        key = (workload_class, gpu_pod)
+        found = self._applying.get(key)
+        if found is None:
+            found = self._applying[key] = tuple(
+                p for p in self.policies
+                if (gpu_pod or not p.gpu_only) and (not p.by_class or p.takes(workload_class))
+            )
+        return found
+
+
+def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
     """The policies that can apply to ``kind`` in ``phase``, with their rules (worked out once)."""
     key = ("plans", group, kind, phase)
     plans = policies.memo.get(key)
@@ -149,11 +183,13 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
                 continue
             spec = policy.spec
             is_gpu, narrower = policies.matcher_of(policy)
+            steps = tuple(
+                (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
+            )
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple(
-                    (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
-                ),
+                rules=steps,
+                dry=any(step[4] for step in steps),
                 is_gpu=is_gpu,
                 narrower=narrower,
                 gpu_only=spec.match.gpuOnly,
@@ -165,7 +201,7 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
                 classes=frozenset(spec.match.workloadClasses),
                 excluded_classes=frozenset(spec.exclude.workloadClasses if spec.exclude is not None else ()),
             ))
-        plans = policies.memo[key] = tuple(built)
+        plans = policies.memo[key] = _Plans(tuple(built))
     return plans
 
 
@@ -177,63 +213,94 @@ def _evaluate(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
 ) -> Decision:
     targets = pod_targets(obj, paths)
-    slots = [gpu.gpu_slots(_get(obj, t.spec_path), policies.any_gpu) for t in targets]
-    claims = _claims(policies, request, obj, targets, slots, view)
-    # GPU claims make a GPU pod even when no container uses them (the pod holds the devices,
-    # on their node); a claim the view cannot resolve may be one: validations look at it
-    claimed = [c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown)))
-               for c in claims]
-    if not any(slots) and not policies.looks_beyond_gpu_pods and not any(claimed):
+    any_gpu = policies.any_gpu
+    specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
+    for target in targets:
+        spec = _get(obj, target.spec_path)
+        specs.append(spec)
+        slots.append(gpu.gpu_slots(spec, any_gpu))
+    claims = _claims(policies, request, specs, slots, view)
+    # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
+    # no container uses them (the pod holds the devices, on their node); a claim the view
+    # cannot resolve may be one: validations look at it
+    gpu_pods: list[Any] = slots
+    if any(claims):
+        gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
+                    for s, c in zip(slots, claims)]
+    if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
         return ALLOW
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
-    sink = Findings()
+    sink = Findings([], [])
     # one context per pod spec, carried from policy to policy (its class is worked out once)
-    contexts: list[RuleContext | None] = [None] * len(targets)
-    for plan in plans:
-        policy = plan.policy
-        if plan.by_namespace and not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
-            continue
-        for index, target in enumerate(targets):
-            if plan.gpu_only and not slots[index] and not claimed[index]:
+    if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
+        ctx = _context(
+            policies, request, view, phase, plans.policies[0].policy, targets[0], ns_labels, builder, sink, slots[0],
+            claims[0],
+        )
+        for plan in plans.applying(ctx.workload_class if plans.by_class else "", bool(gpu_pods[0])):
+            if plan.by_namespace and not match.policy_applies(
+                plan.policy, request.group, request.kind, request.namespace, ns_labels
+            ):
                 continue
-            ctx = contexts[index]
-            if ctx is None:
-                # positional: keyword arguments cost as much again on every admission
-                ctx = contexts[index] = RuleContext(
-                    request, view, phase, policy, "", "enforce", target, plan.is_gpu, ns_labels, builder, sink,
-                    builder.owned(target.spec_path), policies.classifier, slots[index],
-                )
-                ctx.claims, ctx.device_classes = claims[index], claim_gpus.ClusterClasses(policies.device_classes, view)
-            if plan.by_class:
-                workload_class = ctx.workload_class
-                if (plan.classes and workload_class not in plan.classes) or workload_class in plan.excluded_classes:
+            _run_plan(ctx, plan, slots[0])
+    else:
+        contexts: list[RuleContext | None] = [None] * len(targets)
+        for plan in plans.policies:
+            if plan.by_namespace and not match.policy_applies(
+                plan.policy, request.group, request.kind, request.namespace, ns_labels
+            ):
+                continue
+            for index, target in enumerate(targets):
+                if plan.gpu_only and not gpu_pods[index]:
                     continue
-            ctx.policy, ctx.is_gpu = policy, plan.is_gpu
-            ctx.slots = gpu.narrow(slots[index], plan.is_gpu) if plan.narrower else slots[index]
-            for name, mode, run, cfg, dry in plan.rules:
-                ctx.rule = name
-                ctx.mode = mode
-                if dry:
-                    _dry_run(replace(ctx), run, cfg)
-                else:
-                    run(ctx, cfg)
+                ctx = contexts[index] or _context(
+                    policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
+                    claims[index],
+                )
+                contexts[index] = ctx
+                if not plan.by_class or plan.takes(ctx.workload_class):
+                    _run_plan(ctx, plan, slots[index])
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
     return _decide(builder, sink, summary)
 
 
+def _context(
+    policies: PolicySet, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, target: PodTarget,
+    ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: gpu.Slots,
+    claims: claim_gpus.PodClaims | None,
+) -> RuleContext:
+    # positional: keyword arguments cost as much again on every admission; the
+    # policy, its matcher and the rule are set again before each rule runs
+    return RuleContext(
+        request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
+        builder.owned(target.spec_path), policies.classifier, slots, None, claims,
+        claim_gpus.ClusterClasses(policies.device_classes, view),
+    )
+
+
+def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
+    """One policy's rules on one pod spec."""
+    ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
+    ctx.slots = gpu.narrow(slots, plan.is_gpu) if plan.narrower else slots
+    if plan.dry:
+        _run_some_dry(ctx, plan.rules)
+        return
+    for name, mode, run, cfg, _ in plan.rules:
+        ctx.rule, ctx.mode = name, mode
+        run(ctx, cfg)
+
+
 def _claims(
-    policies: PolicySet, request: Request, obj: dict[str, Any], targets: list[Any], slots: list[gpu.Slots],
-    view: ClusterView,
+    policies: PolicySet, request: Request, specs: list[Mapping[str, Any]], slots: list[gpu.Slots], view: ClusterView
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
-    found: list[claim_gpus.PodClaims | None] = [None] * len(targets)
+    found: list[claim_gpus.PodClaims | None] = [None] * len(specs)
     classes = None
-    for index, target in enumerate(targets):
-        spec = _get(obj, target.spec_path)
+    for index, spec in enumerate(specs):
         if "resourceClaims" in spec:
             classes = classes or claim_gpus.ClusterClasses(policies.device_classes, view)
             found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
@@ -261,11 +328,21 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     return node if isinstance(node, dict) else {}
 
 
+def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...]) -> None:
+    """A policy's rules where some mutations only report what they would change."""
+    for name, mode, run, cfg, dry in rules:
+        ctx.rule, ctx.mode = name, mode
+        if dry:
+            _dry_run(replace(ctx), run, cfg)
+        else:
+            run(ctx, cfg)
+
+
 def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:
     """Run a mutation in warn/audit mode: report what it would change, change nothing."""
     scratch = Findings(findings=ctx.sink.findings)
     ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
-    ctx.spec = ctx.builder.owned(ctx.target.spec_path)
+    ctx.spec, ctx._containers = ctx.builder.owned(ctx.target.spec_path), None
     run(ctx, cfg)
     for change in dict.fromkeys(c.what for c in scratch.changes):
         ctx.report(f"{ctx.where()}: would set {change}")
@@ -273,7 +350,7 @@ def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any
 
 def _record_provenance(builder: PatchBuilder, summary: str) -> None:
     """Name what changed and which policy did it, merged into an earlier pass's note."""
-    metadata = builder.doc.get("metadata")
+    metadata = builder.own(builder.owned(()), "metadata")  # the root is the builder's once a rule wrote
     annotations = metadata.get("annotations") if type(metadata) is dict else None
     if annotations is not None and type(annotations) is not dict:
         return  # not an object kube-apiserver would accept; nothing to annotate
@@ -284,7 +361,12 @@ def _record_provenance(builder: PatchBuilder, summary: str) -> None:
         rules.update(more_rules)
         policies.update(more_policies)
         summary = f"{','.join(rules)}; policy={','.join(policies)}"
-    builder.set(("metadata", "annotations", PROVENANCE_ANNOTATION), summary)
+    if type(metadata) is not dict:
+        builder.set(("metadata", "annotations", PROVENANCE_ANNOTATION), summary)
+    elif annotations is None:  # absent or null: written whole
+        builder.put(metadata, ("metadata",), "annotations", {PROVENANCE_ANNOTATION: summary})
+    else:
+        builder.put(builder.own(metadata, "annotations"), ("metadata", "annotations"), PROVENANCE_ANNOTATION, summary)
 
 
 def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
@@ -299,8 +381,8 @@ def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
     parts: dict[str, None] = {}
     owners: dict[str, None] = {}
-    for change in changes:
-        parts[change.what] = owners[change.policy] = None
+    for policy, _, what in changes:
+        parts[what] = owners[policy] = None
     return f"{','.join(parts)}; policy={','.join(owners)}"
 
 
@@ -313,5 +395,7 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
             warnings.append(finding.text())
         elif finding.mode == "enforce":
             allowed = False
-    # allowed, patch, warnings, findings, changes, patched (positional: this runs on every admission)
-    return Decision(allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)
+    # allowed, patch, warnings, findings, changes, patched: Decision(...) without the named
+    # tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
+    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)
+    return _new_tuple(Decision, fields)

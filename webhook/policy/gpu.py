@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +26,11 @@ class ResourceMatcher:
 
     exact: frozenset[str]
     prefixes: tuple[str, ...]
+    #: the resource names seen so far (few: cpu, memory, the GPUs...), and those
+    #: of them that match, so that a pod's resources are sorted by set
+    #: operations in C rather than name by name; bounded
+    seen: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
+    matching: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> ResourceMatcher:
@@ -36,6 +42,21 @@ class ResourceMatcher:
 
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
+
+    def among(self, names: Mapping[str, Any]) -> AbstractSet[str]:
+        """The names (keys of a resource map) this matches."""
+        keys = names.keys()
+        if keys <= self.seen:
+            # most maps hold no GPU at all (cpu, memory): answered without building a set
+            return keys & self.matching if not self.matching.isdisjoint(keys) else _NO_NAMES
+        if len(self.seen) >= MATCHES_SEEN:  # names can be user-chosen: stop remembering
+            return {n for n in keys if type(n) is str and self(n)}
+        for name in keys - self.seen:
+            # matching first: worker threads evaluate too, and a name in ``seen`` must have its answer
+            if type(name) is str and self(name):
+                self.matching.add(name)
+            self.seen.add(name)
+        return keys & self.matching
 
     def any_of(self, slots: Slots) -> bool:
         """Does any container of these slots mention a resource this matches?"""
@@ -101,6 +122,11 @@ def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]
     return names
 
 
+_NO_NAMES: frozenset[str] = frozenset()
+
+#: how many resource names a matcher remembers (names can be user-chosen)
+MATCHES_SEEN = 1024
+
 #: (container list, index) → GPU resource names of that container, for the
 #: containers that mention any. Rules never change resources, so one
 #: evaluation works this out once per pod spec.
@@ -109,7 +135,7 @@ Slots = dict[tuple[str, int], frozenset[str]]
 
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     slots: Slots = {}
-    exact, prefixes = is_gpu.exact, is_gpu.prefixes
+    among = is_gpu.among
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is not list:
@@ -118,16 +144,10 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             resources = container.get("resources") if type(container) is dict else None
             if type(resources) is not dict:
                 continue
-            names: set[str] | None = None
-            for field in ("limits", "requests"):
-                values = resources.get(field)
-                if type(values) is dict:
-                    for name in values:
-                        if name in exact or (prefixes and name.startswith(prefixes)):
-                            if names is None:
-                                names = {name}
-                            else:
-                                names.add(name)
+            limits, requests = resources.get("limits"), resources.get("requests")
+            names = among(limits) if type(limits) is dict else None
+            if type(requests) is dict:
+                names = among(requests) | names if names else among(requests)
             if names:
                 slots[(list_name, index)] = frozenset(names)
     return slots
@@ -156,15 +176,19 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher, slots: Slots | No
     beside everything started after them. So the pod needs the larger of:
     every app container plus every sidecar, and each plain init container
     plus the sidecars started before it (Kubernetes' effective request).
-    Containers without GPUs add nothing, so ``slots`` may narrow the walk to the others.
+    Containers without GPUs add nothing, so ``slots`` (``gpu_slots`` of this
+    spec for ``is_gpu``, or narrowed to it) may narrow the walk to the others.
     """
     app: dict[str, Decimal] = {}
     sidecars: dict[str, Decimal] = {}
     peak: dict[str, Decimal] = {}
-    # ``slots`` (gpu_slots of this spec, in the pod's order) skips the containers without GPUs
-    refs = containers(spec) if slots is None else [ContainerRef(n, i, spec[n][i]) for n, i in slots]
-    for ref in refs:
-        names = gpu_names(ref.container, is_gpu)
+    # ``slots`` (in the pod's order) skip the containers without GPUs and name the GPUs of the others
+    found: list[tuple[ContainerRef, Iterable[str]]]
+    if slots is None:
+        found = [(ref, gpu_names(ref.container, is_gpu)) for ref in containers(spec)]
+    else:
+        found = [(ContainerRef(n, i, spec[n][i]), names) for (n, i), names in slots.items()]
+    for ref, names in found:
         if not ref.is_init:
             for name in names:
                 app[name] = app.get(name, Decimal(0)) + gpu_count(ref.container, name)

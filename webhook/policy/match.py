@@ -103,6 +103,9 @@ class Classifier:
                 self._always.append(index)
             for key in keys:
                 table.setdefault(key, []).append(index)  # type: ignore[union-attr]
+        # the keys that anchor some entry, intersected with a pod's keys in C
+        self._label_keys = frozenset(self._label)
+        self._annotation_keys = frozenset(self._annotation)
 
     def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, list[int]] | None, tuple[str, ...]]:
         """One condition the entry cannot match without, as (index table, keys any of which it needs)."""
@@ -129,21 +132,23 @@ class Classifier:
         ns_labels: Mapping[str, str],
     ) -> str:
         """The class of the first matching entry (classes by order, then name); "" when none does."""
-        candidates = set(self._always)
+        found: list[list[int]] = [self._always] if self._always else []
         for kind in owner_kinds:
-            candidates.update(self._owner.get(kind, ()))
-        candidates.update(self._kind.get(workload_kind, ()))
+            if kind in self._owner:
+                found.append(self._owner[kind])
+        if workload_kind in self._kind:
+            found.append(self._kind[workload_kind])
         labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
         if isinstance(labels, dict) and self._label:
-            for key in labels:
-                candidates.update(self._label.get(key, ()))
+            for key in self._label_keys.intersection(labels):
+                found.append(self._label[key])
         if isinstance(annotations, dict) and self._annotation:
-            for key in annotations:
-                candidates.update(self._annotation.get(key, ()))
-        if not candidates:
+            for key in self._annotation_keys.intersection(annotations):
+                found.append(self._annotation[key])
+        if not found:
             return ""
         facts = PodFacts.of(pod_meta, owner_kinds, workload_kind, namespace, ns_labels)
-        for index in sorted(candidates):
+        for index in sorted(set().union(*found)):
             entry, workload_class = self.entries[index]
             if entry_matches(entry, facts):
                 return workload_class

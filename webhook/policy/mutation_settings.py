@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -114,6 +114,18 @@ class SecurityContextRule(RuleBase):
     fsGroup: int | None = Field(default=1000, ge=0)
     seccompProfile: Literal["RuntimeDefault", "Localhost", None] = "RuntimeDefault"
     allowedCapabilities: list[str] = Field(default=["NET_BIND_SERVICE"], description="capabilities.add allowed in enforce")
+
+    @cached_property
+    def unset_pod_defaults(self) -> tuple[tuple[str, Any], ...]:
+        """What the pod's securityContext gets when nothing asks for root and nothing is set (seccomp aside)."""
+        wanted: dict[str, Any] = {"runAsNonRoot": True}
+        if self.runAsUser is not None:
+            wanted["runAsUser"] = self.runAsUser
+        if self.runAsGroup is not None:
+            wanted["runAsGroup"] = self.runAsGroup
+        if self.fsGroup is not None:
+            wanted.update(fsGroup=self.fsGroup, fsGroupChangePolicy="OnRootMismatch")
+        return tuple(wanted.items())
 
 
 class PriorityClassRule(RuleBase):

@@ -69,9 +69,10 @@ def name_of(node: Object) -> str:
 
 
 def labels_of(node: Object) -> Mapping[str, Any]:
+    # type() first: isinstance against an ABC runs Python code, and this runs per node group per request
     meta = node.get("metadata")
-    raw = meta.get("labels") if isinstance(meta, Mapping) else None
-    return raw if isinstance(raw, Mapping) else {}
+    raw = meta.get("labels") if type(meta) is dict or isinstance(meta, Mapping) else None
+    return raw if type(raw) is dict or isinstance(raw, Mapping) else {}
 
 
 def is_extended(resource: str) -> bool:

@@ -159,6 +159,57 @@ class PatchBuilder:
         self.ops.append({"op": "remove", "path": self._pointer(path)})
         return True
 
+    # Writes below a container this builder already owns (the pod spec a rule
+    # sees, one of its containers): no walk from the document's root, which
+    # costs ~0.2 µs a level on every write. ``parent_path`` is where ``parent``
+    # is, for the recorded operation's pointer.
+
+    def own(self, parent: dict[str, Any], key: str) -> Any:
+        """The map or list under ``key`` of a map ``parent`` (owned), made the builder's own; None when neither."""
+        child = parent.get(key)
+        kind = type(child)
+        if kind is dict or kind is list:
+            owned = self._owned
+            if id(child) not in owned:
+                child = parent[key] = child.copy()  # type: ignore[union-attr]
+                owned[id(child)] = child
+            return child
+        return None
+
+    def own_item(self, items: list[Any], index: int) -> Any:
+        """``own(items, index)`` for an owned list and an index known to hold a map or list."""
+        child = items[index]
+        if id(child) in self._owned:
+            return child
+        child = items[index] = child.copy()
+        self._owned[id(child)] = child
+        return child
+
+    def put(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, value: Any) -> bool:
+        """``set((*parent_path, key), value)`` for a map ``parent`` this builder owns."""
+        current = parent.get(key, _MISSING)
+        if current is not _MISSING and current is not None and current == value:
+            return False
+        parent[key] = value
+        path = parent_path + (key,)
+        text = self._pointers.get(path) or self._pointer(path)
+        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": text, "value": value})
+        return True
+
+    def append_to(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, item: Any) -> None:
+        """``append((*parent_path, key), item)`` for a map ``parent`` this builder owns."""
+        items = parent.get(key)
+        if type(items) is not list:
+            self.put(parent, parent_path, key, [item])
+            return
+        path = parent_path + (key, len(items))
+        if id(items) in self._owned:
+            items.append(item)
+        else:  # copied with the item, in one step
+            items = parent[key] = [*items, item]
+            self._owned[id(items)] = items
+        self.ops.append({"op": "add", "path": self._pointers.get(path) or self._pointer(path), "value": item})
+
     def _pointer(self, path: Path) -> str:
         key = path if type(path) is tuple else tuple(path)
         text = self._pointers.get(key)

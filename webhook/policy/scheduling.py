@@ -101,10 +101,23 @@ def tolerates(toleration: Object, taint: Object) -> bool:
     return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def _taints_tolerated(held: list[Object], taints: Iterable[Object]) -> bool:
+#: a toleration, read once: (effect, key, operator, value), defaults applied as tolerates() does
+Toleration = tuple[Any, Any, Any, Any]
+
+
+def _toleration(toleration: Object) -> Toleration:
+    return (toleration.get("effect"), toleration.get("key"), toleration.get("operator") or "Equal",
+            toleration.get("value") or "")
+
+
+def _taints_tolerated(held: list[Toleration], taints: Iterable[Object]) -> bool:
+    """Every taint tolerated by one of ``held`` (tolerates() on tolerations read once: this runs per node group)."""
     for taint in taints:
-        for toleration in held:
-            if tolerates(toleration, taint):
+        taint_effect, taint_key = taint.get("effect"), taint.get("key")
+        for effect, key, operator, value in held:
+            if (effect and effect != taint_effect) or (key and key != taint_key):
+                continue
+            if operator == "Exists" or (operator == "Equal" and value == (taint.get("value") or "")):
                 break
         else:
             return False
@@ -148,7 +161,7 @@ class NodeFilter:
             terms = required.get("nodeSelectorTerms")
             self.terms = [_term(t) for t in terms] if isinstance(terms, list) else []
         held = [*sublist(spec, "tolerations"), *extra_tolerations]
-        self.tolerations = [t for t in held if isinstance(t, Mapping)]
+        self.tolerations = [_toleration(t) for t in held if type(t) is dict or isinstance(t, Mapping)]
         self.needs = [(name, max(count, Decimal(1))) for name, count in needs.items()]
         #: the pod asks about something that differs from node to node within a group
         self.per_node = bool(self.pinned) or _per_node(self.selector, self.terms, self.needs)
@@ -178,9 +191,10 @@ class NodeFilter:
         if not _taints_tolerated(self.tolerations, traits.taints):
             return False
         amounts = traits.amounts
-        if not all(amounts.get(resource, _ZERO) >= count for resource, count in self.needs):
-            return False
-        return self._devices_fit(traits)
+        for resource, count in self.needs:
+            if amounts.get(resource, _ZERO) < count:
+                return False
+        return self.devices is None or self._devices_fit(traits)
 
     def _devices_fit(self, traits: nodegroups.Traits) -> bool:
         published = traits.devices

@@ -85,10 +85,12 @@ def run(ctx: RuleContext, cfg: CudaDriverRule) -> None:
 
 def _needs(ctx: RuleContext, cfg: CudaDriverRule, *, report: bool) -> list[_Need]:
     annotations = _annotations(ctx)
+    # whether the pod states its CUDA (then nothing is shared with other pods of its images)
+    stated = any(key.startswith(images.ANNOTATION) for key in annotations)
     rules = [(entry.image, entry.cuda) for entry in cfg.images]
     needs = []
     for ref in ctx.gpu_containers():
-        found = _need(ctx, cfg, ref, annotations, rules)
+        found = _need(ctx, cfg, ref, annotations if stated else None, rules)
         if isinstance(found, _Need):
             needs.append(found)
         elif found and report:
@@ -103,13 +105,16 @@ _Inference = tuple[images.Inferred | str, cuda.DriverVersion | None, tuple[Branc
 
 
 def _need(
-    ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str],
+    ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str] | None,
     rules: Sequence[tuple[str, str]],
 ) -> _Need | str:
-    """What one container needs, or why that is unknown ("" for an image without CUDA)."""
+    """What one container needs, or why that is unknown ("" for an image without CUDA).
+
+    ``annotations``: the pod's, when it states a CUDA version in them (None otherwise).
+    """
     image = str(ref.container.get("image") or "")
     config = ctx.view.image_config(image)
-    if any(key.startswith(images.ANNOTATION) for key in annotations):
+    if annotations is not None:
         # the pod states its CUDA: nothing to share with other pods of the image
         found, driver, branches = _infer(cfg, ref.name, image, annotations, rules, config)
     else:
@@ -165,10 +170,12 @@ def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -
             result.unlabelled.append(node)
             continue
         result.drivers[id(node)] = driver
-        if all(_runs(cfg, need, node, driver, device_product) for need in needs):
-            result.capable.append(node)
+        for need in needs:
+            if not _runs(cfg, need, node, driver, device_product):
+                result.incapable.append(node)
+                break
         else:
-            result.incapable.append(node)
+            result.capable.append(node)
     return result
 
 

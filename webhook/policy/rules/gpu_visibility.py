@@ -6,7 +6,6 @@ sees every GPU of the node unless the variable is overridden.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from webhook.policy import gpu
@@ -19,9 +18,9 @@ HIDDEN = ("void", "none", "")
 
 
 def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
-    pod_has_gpu = bool(ctx.slots)
-    spec = ctx.spec
-    if pod_has_gpu and len(ctx.slots) == _count(spec, "initContainers") + _count(spec, "containers"):
+    slots, spec = ctx.slots, ctx.spec
+    pod_has_gpu = bool(slots)
+    if pod_has_gpu and len(slots) == _count(spec.get("initContainers")) + _count(spec.get("containers")):
         return  # every container requested a GPU
     for ref in gpu.containers(spec):
         if ctx.gpu_names(ref):
@@ -31,7 +30,9 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
         entry = next((e for e in entries if e.get("name") == VARIABLE), None)
         if entry is None:
             if cfg.setVoid and pod_has_gpu:
-                ctx.builder.append(ctx.spec_path(ref.list_name, ref.index, "env"), {"name": VARIABLE, "value": "void"})
+                container = ctx.own_container(ref.list_name, ref.index)
+                void = {"name": VARIABLE, "value": "void"}
+                ctx.builder.append_to(container, ctx.spec_path(ref.list_name, ref.index), "env", void)
                 ctx.changed("gpuVisibility")
         elif cfg.denyUnrequestedVisibleDevices and (entry.get("valueFrom") or entry.get("value") not in HIDDEN):
             ctx.report(
@@ -41,6 +42,5 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
             )
 
 
-def _count(spec: Mapping[str, Any], list_name: str) -> int:
-    items = spec.get(list_name)
+def _count(items: Any) -> int:
     return len(items) if type(items) is list else 0

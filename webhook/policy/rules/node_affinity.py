@@ -33,13 +33,13 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
 
 
 def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
-    required, preferred = list(cfg.required), list(cfg.preferred)
-    # by extended resource only: the scheduler places DRA claims by the devices nodes publish
-    slots = ctx.extended_slots() if cfg.byResource else ctx.slots
-    for extra in cfg.byResource:
-        if extra.matcher.any_of(slots):
-            required.extend(extra.required)
-            preferred.extend(extra.preferred)
+    required, preferred = cfg.required, cfg.preferred  # copied only when extended (read-only settings)
+    if cfg.byResource:
+        # by extended resource only: the scheduler places DRA claims by the devices nodes publish
+        slots = ctx.extended_slots()
+        for extra in cfg.byResource:
+            if extra.matcher.any_of(slots):
+                required, preferred = [*required, *extra.required], [*preferred, *extra.preferred]
     return required, preferred
 
 

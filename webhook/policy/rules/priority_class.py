@@ -22,7 +22,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
             "spec.priorityClassName",
         )
         return
-    ctx.builder.set(ctx.spec_path("priorityClassName"), name)
+    ctx.builder.put(ctx.spec, ctx.target.spec_path, "priorityClassName", name)
     # the Priority plugin already wrote these from the old class; left in place
     # they make its second pass reject the pod (FACTS.md §5)
     for field in ("priority", "preemptionPolicy"):

@@ -27,13 +27,33 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
-    container_scs = [_sc(ref.container) for ref in refs]
-    changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
-    base = ctx.target.spec_path
-    for ref, sc in zip(refs, container_scs):
-        changed |= _container_defaults(ctx, (*base, ref.list_name, ref.index, "securityContext"), sc)
+    if not spec.get("securityContext") and not any([ref.container.get("securityContext") for ref in refs]):
+        # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads it)
+        changed = _write_whole(ctx, cfg, refs)
+    else:
+        container_scs = [_sc(ref.container) for ref in refs]
+        changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
+        for ref, sc in zip(refs, container_scs):
+            changed |= _container_defaults(ctx, ref, sc)
     if changed:
         ctx.changed("securityContext")
+
+
+def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> bool:
+    """The common case, nothing set anywhere: every default holds, each context is written as one operation.
+
+    (What _pod_defaults and _container_defaults decide when every context is empty.)
+    """
+    builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
+    wanted = dict(cfg.unset_pod_defaults)
+    if cfg.seccompProfile:  # no container has one
+        wanted["seccompProfile"] = {"type": cfg.seccompProfile}
+    builder.put(spec, base, "securityContext", wanted)
+    for ref in refs:
+        name, index = ref.list_name, ref.index
+        value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        builder.put(ctx.own_container(name, index), base + (name, index), "securityContext", value)
+    return True
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,15 +98,18 @@ def _pod_defaults(
         wanted["fsGroupChangePolicy"] = "OnRootMismatch"
     if cfg.seccompProfile and not every_container_has_seccomp:
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
-    path = (*ctx.target.spec_path, "securityContext")
     if not pod_sc:  # nothing set yet: one operation writes it whole
-        return ctx.builder.set(path, wanted) if wanted else False
-    return ctx.builder.fill(path, wanted)
+        return ctx.builder.put(ctx.spec, ctx.target.spec_path, "securityContext", wanted) if wanted else False
+    return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
-def _container_defaults(ctx: RuleContext, path: tuple[str | int, ...], sc: Mapping[str, Any]) -> bool:
+def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any]) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
-        return ctx.builder.set(path, {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
+        return ctx.builder.put(
+            ctx.own_container(ref.list_name, ref.index), ctx.spec_path(ref.list_name, ref.index), "securityContext",
+            {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        )
+    path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
     if _needs_escalation(sc):
         return False
     caps = submap(sc, "capabilities")

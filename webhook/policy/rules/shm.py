@@ -30,30 +30,29 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         # Windows has no /dev/shm
         return
     # GPU containers (init ones only if asked) with nothing at /dev/shm yet
-    targets = [
-        (list_name, index, container)
-        for list_name, index in ctx.slots
-        if (cfg.initContainers or list_name != "initContainers")
-        and not _mounts_shm(container := spec[list_name][index])
-    ]
+    with_init = cfg.initContainers
+    targets = []
+    for list_name, index in ctx.slots:
+        container = spec[list_name][index]
+        mounts = container.get("volumeMounts")
+        if (with_init or list_name != "initContainers") and not (type(mounts) is list and _mounts_shm(mounts)):
+            targets.append((list_name, index, container))
     if not targets:
         return
     volumes = spec.get("volumes")
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
-    base = ctx.target.spec_path
+    builder, base = ctx.builder, ctx.target.spec_path
     if not exists:
-        _, size = min([_size_for(container, cfg) for _, _, container in targets])
-        volume = {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
-        ctx.builder.append((*base, "volumes"), volume)
+        size = min([_size_for(container, cfg) for _, _, container in targets])[1]
+        builder.append_to(spec, base, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     for list_name, index, _ in targets:
-        ctx.builder.append((*base, list_name, index, "volumeMounts"), {"name": name, "mountPath": MOUNT_PATH})
+        mount = {"name": name, "mountPath": MOUNT_PATH}
+        builder.append_to(ctx.own_container(list_name, index), base + (list_name, index), "volumeMounts", mount)
     ctx.changed("shm")
 
 
-def _mounts_shm(container: Mapping[str, Any]) -> bool:
-    mounts = container.get("volumeMounts")
-    if type(mounts) is not list:
-        return False
+def _mounts_shm(mounts: list[Any]) -> bool:
+    """Does one of a container's volumeMounts mount at /dev/shm?"""
     for mount in mounts:
         if type(mount) is dict:
             path = mount.get("mountPath", "")
