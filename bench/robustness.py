@@ -138,7 +138,7 @@ async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, head
                f"{quiet.ratio('held'):.2f}x ({quiet.ratio('closing'):.2f}x)")
     real = measured[targets[0].name]
     report("server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
-    report("other work on the machine while held (median, all arms)",
+    report("other work on the machine, unloaded or held (median, all arms)",
            f"{statistics.median(r.foreign_cpu for m in measured.values() for r in m.rounds):.0%} of a core")
     report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(r.closed_after[0] for r in real.rounds):.2f} s")
     report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(r.closed_after[1] for r in real.rounds):.2f} s")

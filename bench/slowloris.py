@@ -105,6 +105,22 @@ def machine_busy_seconds() -> float:
     return (user + nice + system) / os.sysconf("SC_CLK_TCK")
 
 
+class OtherWork:
+    """CPU used on the machine by processes other than ``pids``, from now on."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = sorted(set(pids))
+        self.started, self.ours, self.machine = time.monotonic(), self._ours(), machine_busy_seconds()
+
+    def _ours(self) -> float:
+        return sum(map(cpu_seconds, self.pids))
+
+    def since(self) -> float:
+        """In cores, since this was made."""
+        took = max(1e-3, time.monotonic() - self.started)
+        return max(0.0, (machine_busy_seconds() - self.machine - (self._ours() - self.ours)) / took)
+
+
 def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else float("nan")
 
@@ -227,7 +243,8 @@ class Round:
     held_cpu: float
     #: the attack while held: trickled records a second, and the width of each second's burst
     records: tuple[float, float] = (0.0, 0.0)
-    #: CPU used while held by processes other than this run's (servers, probes, attacker), in cores
+    #: CPU used by processes other than this run's (servers, probes, attacker), in cores: the
+    #: more of the unloaded and the held phases
     foreign_cpu: float = 0.0
 
 
@@ -236,7 +253,7 @@ class Rounds:
     rounds: list[Round] = field(default_factory=list)
 
     def quiet(self) -> Rounds:
-        """The rounds during whose held phase other work on the machine took under QUIET_CPU."""
+        """The rounds during whose unloaded and held phases other work on the machine took under QUIET_CPU."""
         return Rounds([r for r in self.rounds if r.foreign_cpu < QUIET_CPU])
 
     def median(self, phase: str) -> float:
@@ -252,7 +269,9 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
     placement.pin(target)
     probe = Probe(target.base, ctx, rate=rate)
     await probe.connect()
+    other = OtherWork([target.pid, target.attacked_pid or target.pid, os.getpid()])
     unloaded = [lat for _, lat in await probe.run(3.0)]
+    foreign_unloaded = other.since()
     queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
     worker = multiprocessing.Process(target=attacker, args=(target.attacked or target.base, cafile, slowloris, bodies, queue, placement))
     stop = asyncio.Event()
@@ -261,12 +280,11 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
     worker.start()
     first, opened = await asyncio.to_thread(queue.get)
     first_timeout = first + header_timeout
-    ours = sorted({target.pid, target.attacked_pid or target.pid, os.getpid(), worker.pid or os.getpid()})
-    cpu, since, mine, machine = cpu_seconds(target.pid), time.monotonic(), sum(map(cpu_seconds, ours)), machine_busy_seconds()
+    other = OtherWork([target.pid, target.attacked_pid or target.pid, os.getpid(), worker.pid or os.getpid()])
+    cpu, since = cpu_seconds(target.pid), time.monotonic()
     await asyncio.sleep(max(0.0, first_timeout - MARGIN - time.monotonic()))
-    took = max(1e-3, time.monotonic() - since)
-    held_cpu = (cpu_seconds(target.pid) - cpu) / took
-    foreign = (machine_busy_seconds() - machine - (sum(map(cpu_seconds, ours)) - mine)) / took
+    held_cpu = (cpu_seconds(target.pid) - cpu) / max(1e-3, time.monotonic() - since)
+    foreign = max(foreign_unloaded, other.since())
     closed, writes = await asyncio.to_thread(queue.get)
     heads, slow_bodies = [took for _, took in closed[:slowloris]], [took for _, took in closed[slowloris:]]
     last_head = max(at for at, _ in closed[:slowloris])
@@ -283,7 +301,7 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
     }
     return Round(
         {name: p99(values) for name, values in phases.items()}, {name: len(v) for name, v in phases.items()},
-        (max(heads), max(slow_bodies, default=0.0)), held_cpu, burst(writes, *windows["held"]), max(0.0, foreign),
+        (max(heads), max(slow_bodies, default=0.0)), held_cpu, burst(writes, *windows["held"]), foreign,
     )
 
 
