@@ -7,7 +7,7 @@ machine is shared and noisy): normal-request p99 unloaded, then beside one
 p99 under 500 slowloris connections and 50 slow bodies, in rounds, beside a
 null server behind the same listener (bench/slowloris.py).
 
-    make soak            # or: python bench/robustness.py [--quick] [--slow-only] [--rounds N]
+    make soak            # or: python bench/robustness.py [--quick] [--slow-only] [--rounds N] [--load F] [--pin]
 """
 
 from __future__ import annotations
@@ -122,20 +122,22 @@ async def big_pods(base: str, ctx: ssl.SSLContext, seconds: float, unloaded: flo
 
 
 async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, heads: int, bodies: int, rate: float,
-                    placement: slowloris.Placement) -> None:
+                    placement: slowloris.Placement, quiet: int, most: int) -> None:
     """Normal p99 while slow clients hold connections, on the server and on a null server behind
     the same listener, in alternating rounds (bench/slowloris.py)."""
-    print(f"  {heads} slowloris + {bodies} slow bodies, {rounds} rounds per server; p99 per phase (samples):")
+    more = f", then up to {most} until {quiet} quiet ones" if quiet else ""
+    print(f"  {heads} slowloris + {bodies} slow bodies, {rounds} rounds per server{more}; p99 per phase (samples):")
     measured = await slowloris.rounds(targets, pki.client_context(), str(pki.ca), rounds, heads, bodies, HEADER_TIMEOUT,
-                                      rate, placement)
+                                      rate, placement, quiet, most)
     for name, result in measured.items():
         medians = ", ".join(f"{phase} {result.median(phase) * 1000:.1f}" for phase in slowloris.PHASES)
         report(f"{name}: median p99 ms ({medians})", "")
         report(f"{name}: normal p99 held / unloaded (closing / unloaded)",
                f"{result.ratio('held'):.2f}x ({result.ratio('closing'):.2f}x)")
-        quiet = result.quiet()
-        report(f"{name}: the same in the {len(quiet.rounds)} quiet rounds (other work < {slowloris.QUIET_CPU:.0%})",
-               f"{quiet.ratio('held'):.2f}x ({quiet.ratio('closing'):.2f}x)")
+        calm = result.quiet()
+        each = ", ".join(f"{r.p99s['held'] / r.p99s['unloaded']:.2f}x" for r in calm.rounds)
+        report(f"{name}: the same in the {len(calm.rounds)} quiet rounds (other work < {slowloris.QUIET_CPU:.0%})",
+               f"{calm.ratio('held'):.2f}x ({calm.ratio('closing'):.2f}x); each round held: {each}")
     real = measured[targets[0].name]
     report("server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
     report("other work on the machine, unloaded or held (median, all arms)",
@@ -190,7 +192,8 @@ def place(pin: bool, nice: int) -> slowloris.Placement:
     return slowloris.Placement(others, nice, frozenset(cpus[:1]))
 
 
-async def run(quick: bool, slow_only: bool, rounds: int, rate: float, load: float, pin: bool, nice: int) -> None:
+async def run(args: argparse.Namespace) -> None:
+    quick, rounds, rate = args.quick, args.rounds or (2 if args.quick else 5), args.rate
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp) / "pki")
         port, null_port = free_port(), free_port()
@@ -201,7 +204,7 @@ async def run(quick: bool, slow_only: bool, rounds: int, rate: float, load: floa
         try:
             await wait_ready(base, ctx, proc)
             await latencies(base, ctx, 1.0)  # warm up
-            if not slow_only:
+            if not args.slow_only:
                 await figures(base, ctx, proc.pid, quick)
             null_base = f"https://127.0.0.1:{null_port}"
             targets = [
@@ -211,12 +214,14 @@ async def run(quick: bool, slow_only: bool, rounds: int, rate: float, load: floa
                 slowloris.Target("elsewhere", base, proc.pid, attacked=null_base, attacked_pid=null.pid),
             ]
             await latencies(null_base, ctx, 1.0)
-            placement = place(pin, nice)
-            if pin:
+            placement = place(args.pin, args.attacker_nice)
+            if args.pin:
                 placement.pin(targets[0])
-            if load:
-                rate = await probe_rate(base, ctx, load)
-            await slow_load(targets, pki, rounds, 100 if quick else 500, 10 if quick else 50, rate, placement)
+            if args.load:
+                rate = await probe_rate(base, ctx, args.load)
+            await slow_load(targets, pki, rounds, 100 if quick else 500, 10 if quick else 50, rate, placement,
+                            args.quiet_rounds if args.quiet_rounds is not None else 0 if quick else 3,
+                            max(rounds, args.max_rounds))
         finally:
             for running in (proc, null):
                 running.terminate()
@@ -244,12 +249,15 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.0,
                         help="slow-client probes at this fraction of the server's measured flat-out throughput (sets --rate)")
     parser.add_argument("--pin", action="store_true",
-                        help="servers on the first CPU, probes and attacker on the others (the attacker off the server's core)")
+                        help="the probed server on the first CPU, probes and attacker on the others (for 4+ cores: the attacker off the server's core)")
     parser.add_argument("--attacker-nice", type=int, default=0, help="niceness of the slow-client process")
+    parser.add_argument("--quiet-rounds", type=int,
+                        help="after --rounds, more rounds until each arm has this many with < 10%% of a core of other"
+                             " work (default 3; 0 with --quick)")
+    parser.add_argument("--max-rounds", type=int, default=12, help="slow-client rounds per server at most")
     args = parser.parse_args()
     print("gpu-admission robustness soak (real serve process, TLS on localhost)")
-    asyncio.run(run(args.quick, args.slow_only, args.rounds or (2 if args.quick else 5), args.rate, args.load, args.pin,
-                    args.attacker_nice))
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

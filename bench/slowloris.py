@@ -306,10 +306,14 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
 
 
 async def rounds(targets: list[Target], ctx: ssl.SSLContext, cafile: str, count: int, slowloris: int, bodies: int,
-                 header_timeout: float, rate: float = 0.0, placement: Placement = Placement()) -> dict[str, Rounds]:
-    """``count`` rounds on each target, the targets taking turns."""
+                 header_timeout: float, rate: float = 0.0, placement: Placement = Placement(), quiet: int = 0,
+                 most: int = 0) -> dict[str, Rounds]:
+    """``count`` rounds on each target, the targets taking turns; then more, up to ``most`` in all,
+    until each target has ``quiet`` quiet rounds (the machine is shared: a round is kept or not
+    by the other work measured during it, never by its latencies)."""
     result = {target.name: Rounds() for target in targets}
-    for _ in range(count):
+    done = 0
+    while done < count or (done < most and any(len(r.quiet().rounds) < quiet for r in result.values())):
         for target in targets:
             measured = await one_round(target, ctx, cafile, slowloris, bodies, header_timeout, rate, placement)
             result[target.name].rounds.append(measured)
@@ -317,4 +321,5 @@ async def rounds(targets: list[Target], ctx: ssl.SSLContext, cafile: str, count:
                 f"{phase} {measured.p99s[phase] * 1000:.1f} ms ({measured.samples[phase]})" for phase in PHASES
             ) + f"  server CPU held {measured.held_cpu:.0%}, other work {measured.foreign_cpu:.0%}, attack {measured.records[0]:.0f} records/s"
                 f" in bursts of {measured.records[1] * 1000:.0f} ms", flush=True)
+        done += 1
     return result
