@@ -21,7 +21,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from webhook.errors import RequestBodyError  # noqa: E402
-from webhook.server import keys, listener  # noqa: E402
+from webhook.server import keys, listener, loop  # noqa: E402
 from webhook.server.body import read_body  # noqa: E402
 from webhook.server.limits import Limits  # noqa: E402
 from webhook.server.metrics import Metrics  # noqa: E402
@@ -60,7 +60,10 @@ def main() -> None:
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     parser.add_argument("--header-timeout", type=float, default=5.0)
-    asyncio.run(serve(parser.parse_args()))
+    parser.add_argument("--event-loop", choices=loop.CHOICES, default="auto", help="as `serve --event-loop`")
+    args = parser.parse_args()
+    loop.use(args.event_loop)  # the same loop as `serve`, else the two arms compare event loops
+    asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

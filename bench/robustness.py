@@ -7,7 +7,7 @@ machine is shared and noisy): normal-request p99 unloaded, then beside one
 p99 under 500 slowloris connections and 50 slow bodies, in rounds, beside a
 null server behind the same listener (bench/slowloris.py).
 
-    make soak            # or: python bench/robustness.py [--quick] [--slow-only] [--rounds N]
+    make soak            # or: python bench/robustness.py [--quick] [--slow-only] [--rounds N] [--load F] [--pin]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import ssl
 import statistics
@@ -120,20 +121,31 @@ async def big_pods(base: str, ctx: ssl.SSLContext, seconds: float, unloaded: flo
     report("normal p99 beside one such pod per second (x unloaded)", f"{loaded * 1000:.1f} ms ({loaded / unloaded:.2f}x)")
 
 
-async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, heads: int, bodies: int, rate: float) -> None:
+async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, heads: int, bodies: int, rate: float,
+                    placement: slowloris.Placement, quiet: int, most: int) -> None:
     """Normal p99 while slow clients hold connections, on the server and on a null server behind
     the same listener, in alternating rounds (bench/slowloris.py)."""
-    print(f"  {heads} slowloris + {bodies} slow bodies, {rounds} rounds per server; p99 per phase (samples):")
-    measured = await slowloris.rounds(targets, pki.client_context(), str(pki.ca), rounds, heads, bodies, HEADER_TIMEOUT, rate)
+    more = f", then up to {most} until {quiet} quiet ones" if quiet else ""
+    print(f"  {heads} slowloris + {bodies} slow bodies, {rounds} rounds per server{more}; p99 per phase (samples):")
+    measured = await slowloris.rounds(targets, pki.client_context(), str(pki.ca), rounds, heads, bodies, HEADER_TIMEOUT,
+                                      rate, placement, quiet, most)
     for name, result in measured.items():
         medians = ", ".join(f"{phase} {result.median(phase) * 1000:.1f}" for phase in slowloris.PHASES)
         report(f"{name}: median p99 ms ({medians})", "")
         report(f"{name}: normal p99 held / unloaded (closing / unloaded)",
                f"{result.ratio('held'):.2f}x ({result.ratio('closing'):.2f}x)")
+        calm = result.quiet()
+        each = ", ".join(f"{r.p99s['held'] / r.p99s['unloaded']:.2f}x" for r in calm.rounds)
+        report(f"{name}: the same in the {len(calm.rounds)} quiet rounds (other work < {slowloris.QUIET_CPU:.0%})",
+               f"{calm.ratio('held'):.2f}x ({calm.ratio('closing'):.2f}x); each round held: {each}")
     real = measured[targets[0].name]
     report("server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
+    report("other work on the machine, unloaded or held (median, all arms)",
+           f"{statistics.median(r.foreign_cpu for m in measured.values() for r in m.rounds):.0%} of a core")
     report(f"slowloris closed after (max; header timeout {HEADER_TIMEOUT:g} s)", f"{max(r.closed_after[0] for r in real.rounds):.2f} s")
     report(f"slow bodies closed after (max; body timeout {BODY_TIMEOUT:g} s)", f"{max(r.closed_after[1] for r in real.rounds):.2f} s")
+    report("attack while held: records/s, burst width (medians)",
+           f"{statistics.median(r.records[0] for r in real.rounds):.0f}/s, {statistics.median(r.records[1] for r in real.rounds) * 1000:.0f} ms")
 
 
 def start_null_server(pki: Pki, port: int) -> subprocess.Popen[bytes]:
@@ -155,7 +167,33 @@ async def idle_memory(base: str, ctx: ssl.SSLContext, pid: int, count: int) -> N
             connection.streams[1].close()
 
 
-async def run(quick: bool, slow_only: bool, rounds: int, rate: float) -> None:
+async def probe_rate(base: str, ctx: ssl.SSLContext, load: float) -> float:
+    """Reviews a second per probe client that make ``load`` of the server's flat-out throughput."""
+    probe = slowloris.Probe(base, ctx)
+    await probe.connect()
+    seconds = 3.0
+    capacity = len(await probe.run(seconds)) / seconds
+    rate = load * capacity / len(probe.connections)
+    report(f"server flat out: reviews/s; probes at {load:.0%} of it", f"{capacity:.0f}/s; {rate:.0f}/s per client")
+    return rate
+
+
+def place(pin: bool, nice: int) -> slowloris.Placement:
+    """With ``pin``: the probed server on the first CPU, this process (the probes) and the attacker
+    on the others, as on a cluster where the webhook's cores are its own; the attacker at ``nice``."""
+    if not pin:
+        return slowloris.Placement(None, nice)
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    others = frozenset(cpus[1:])
+    os.sched_setaffinity(0, others)
+    report(f"pinned: probed server on CPU {cpus[0]}, probes and attacker on {sorted(others)}", f"attacker nice {nice}")
+    return slowloris.Placement(others, nice, frozenset(cpus[:1]))
+
+
+async def run(args: argparse.Namespace) -> None:
+    quick, rounds, rate = args.quick, args.rounds or (2 if args.quick else 5), args.rate
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp) / "pki")
         port, null_port = free_port(), free_port()
@@ -166,17 +204,24 @@ async def run(quick: bool, slow_only: bool, rounds: int, rate: float) -> None:
         try:
             await wait_ready(base, ctx, proc)
             await latencies(base, ctx, 1.0)  # warm up
-            if not slow_only:
+            if not args.slow_only:
                 await figures(base, ctx, proc.pid, quick)
             null_base = f"https://127.0.0.1:{null_port}"
             targets = [
                 slowloris.Target("server", base, proc.pid),
                 slowloris.Target("null", null_base, null.pid),
                 # the slow clients on the other server: what they cost the machine, not this server
-                slowloris.Target("elsewhere", base, proc.pid, attacked=null_base),
+                slowloris.Target("elsewhere", base, proc.pid, attacked=null_base, attacked_pid=null.pid),
             ]
             await latencies(null_base, ctx, 1.0)
-            await slow_load(targets, pki, rounds, 100 if quick else 500, 10 if quick else 50, rate)
+            placement = place(args.pin, args.attacker_nice)
+            if args.pin:
+                placement.pin(targets[0])
+            if args.load:
+                rate = await probe_rate(base, ctx, args.load)
+            await slow_load(targets, pki, rounds, 100 if quick else 500, 10 if quick else 50, rate, placement,
+                            args.quiet_rounds if args.quiet_rounds is not None else 0 if quick else 3,
+                            max(rounds, args.max_rounds))
         finally:
             for running in (proc, null):
                 running.terminate()
@@ -201,9 +246,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="slow-client rounds per server (default 5; 2 with --quick)")
     parser.add_argument("--rate", type=float, default=0.0,
                         help="slow-client probes: reviews a second per client (default 0: as fast as answered)")
+    parser.add_argument("--load", type=float, default=0.0,
+                        help="slow-client probes at this fraction of the server's measured flat-out throughput (sets --rate)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the probed server on the first CPU, probes and attacker on the others (for 4+ cores: the attacker off the server's core)")
+    parser.add_argument("--attacker-nice", type=int, default=0, help="niceness of the slow-client process")
+    parser.add_argument("--quiet-rounds", type=int,
+                        help="after --rounds, more rounds until each arm has this many with < 10%% of a core of other"
+                             " work (default 3; 0 with --quick)")
+    parser.add_argument("--max-rounds", type=int, default=12, help="slow-client rounds per server at most")
     args = parser.parse_args()
     print("gpu-admission robustness soak (real serve process, TLS on localhost)")
-    asyncio.run(run(args.quick, args.slow_only, args.rounds or (2 if args.quick else 5), args.rate))
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

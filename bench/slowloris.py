@@ -41,6 +41,13 @@ NORMAL = fuzz.Case("/validate", json.dumps(REVIEW).encode(), {}, REVIEW["request
 CONNECTING = 32
 #: a phase's edges are cut this much inwards, so each phase holds only its own load
 MARGIN = 0.2
+#: with fixed-rate probes the *held* phase starts this long after the last connection opened:
+#: reviews delayed by the handshake flood are sent late and catch up, and their wait belongs
+#: to the *connect* phase (flat-out probes have no backlog to catch up)
+SETTLE = 1.0
+#: a round is *quiet* when other work on the (shared) machine took less than this many cores
+#: while the connections were held
+QUIET_CPU = 0.1
 PHASES = ("unloaded", "connect", "held", "closing")
 
 
@@ -91,12 +98,59 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """User and system CPU time of all processes on the machine (every core), from /proc/stat
+    (interrupt time left out: the loopback traffic of this run is counted there)."""
+    user, nice, system = (int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:4])
+    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+
+
+class OtherWork:
+    """CPU used on the machine by processes other than ``pids``, from now on."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = sorted(set(pids))
+        self.started, self.ours, self.machine = time.monotonic(), self._ours(), machine_busy_seconds()
+
+    def _ours(self) -> float:
+        return sum(map(cpu_seconds, self.pids))
+
+    def since(self) -> float:
+        """In cores, since this was made."""
+        took = max(1e-3, time.monotonic() - self.started)
+        return max(0.0, (machine_busy_seconds() - self.machine - (self._ours() - self.ours)) / took)
+
+
 def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else float("nan")
 
 
-def attacker(base: str, cafile: str, slowloris: int, bodies: int, out: Any) -> None:
+@dataclass(frozen=True)
+class Placement:
+    """Where the attacker process runs: ``cpus`` (None: anywhere) at niceness ``nice``; and the
+    probed server (None: anywhere). A server attacked but not probed (the *elsewhere* arm)
+    runs on the attacker's CPUs: it stands for another machine."""
+
+    cpus: frozenset[int] | None = None
+    nice: int = 0
+    server_cpus: frozenset[int] | None = None
+
+    def pin(self, target: Target) -> None:
+        if self.server_cpus is not None and self.cpus is not None:
+            os.sched_setaffinity(target.pid, self.server_cpus)
+            if target.attacked_pid:
+                os.sched_setaffinity(target.attacked_pid, self.cpus)
+
+    def apply(self) -> None:
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
+        if self.nice:
+            os.nice(self.nice)
+
+
+def attacker(base: str, cafile: str, slowloris: int, bodies: int, out: Any, placement: Placement = Placement()) -> None:
     """In a process of its own (its event loop must not delay the latency probes)."""
+    placement.apply()
     asyncio.run(_attack(base, cafile, slowloris, bodies, out))
 
 
@@ -104,6 +158,8 @@ async def _attack(base: str, cafile: str, slowloris: int, bodies: int, out: Any)
     ctx = ssl.create_default_context(cafile=cafile)
     host, port = base.removeprefix("https://").split(":")
     gate = asyncio.Semaphore(CONNECTING)
+    #: each trickled record: its connection, and when it was written (monotonic, the probes' clock)
+    writes: list[tuple[int, float]] = []
 
     async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
         async with gate:
@@ -111,29 +167,58 @@ async def _attack(base: str, cafile: str, slowloris: int, bodies: int, out: Any)
             reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx, server_hostname="localhost")
             return reader, writer, started
 
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float, body: bool) -> tuple[float, float]:
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float, body: bool,
+                      index: int) -> tuple[float, float]:
         """A header line (or a body byte) a second until the server closes; when, and how long since connecting."""
         if body:
             writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
         else:
             writer.write(b"POST /validate HTTP/1.1\r\n")
         n = 0
-        while not reader.at_eof() and time.monotonic() - started < 60:
+        while time.monotonic() - started < 60:
             try:
                 writer.write(b"x" if body else f"X-{n}: y\r\n".encode())
+                writes.append((index, time.monotonic()))
                 await writer.drain()
-                await asyncio.wait_for(reader.read(), 1.0)
-            except (asyncio.TimeoutError, ConnectionError, ssl.SSLError):
-                pass
-            n += 1
+                await asyncio.wait_for(reader.read(), 1.0)  # returns at the server's close
+                break
+            except asyncio.TimeoutError:
+                n += 1
+            except (ConnectionError, ssl.SSLError):  # dropped by the server (a reset)
+                break
+        writer.transport.abort()
         return time.monotonic(), time.monotonic() - started
 
     streams = await asyncio.gather(*(connect() for _ in range(slowloris + bodies)))
     out.put((min(s[2] for s in streams), time.monotonic()))
     closed = await asyncio.gather(
-        *(trickle(r, w, t, n >= slowloris) for n, (r, w, t) in enumerate(streams)), return_exceptions=True
+        *(trickle(r, w, t, n >= slowloris, n) for n, (r, w, t) in enumerate(streams)), return_exceptions=True
     )
-    out.put([c if isinstance(c, tuple) else (time.monotonic(), -1.0) for c in closed])
+    out.put(([c if isinstance(c, tuple) else (time.monotonic(), -1.0) for c in closed], writes))
+
+
+def burst(writes: list[tuple[int, float]], lo: float, hi: float) -> tuple[float, float]:
+    """The attack within [lo, hi): trickled records a second (connections over their median
+    interval between records), and the time within which 90% of each second's records were
+    written (median over the seconds): the width of its bursts."""
+    inside = sorted(at for _, at in writes if lo <= at < hi)
+    if len(inside) < 2:
+        return 0.0, 0.0
+    last: dict[int, float] = {}
+    gaps = []
+    for connection, at in sorted((c, at) for c, at in writes if lo <= at < hi):
+        if connection in last:
+            gaps.append(at - last[connection])
+        last[connection] = at
+    widths = []
+    for second in range(int(hi - inside[0])):  # seconds from the first record: one burst each
+        start = inside[0] + second
+        chunk = [at for at in inside if start <= at < start + 1]
+        k = -(-9 * len(chunk) // 10)
+        if len(chunk) > 10:
+            widths.append(min(chunk[i + k - 1] - chunk[i] for i in range(len(chunk) - k + 1)))
+    rate = len(last) / statistics.median(gaps) if gaps else 0.0
+    return rate, statistics.median(widths) if widths else 0.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +230,7 @@ class Target:
     base: str
     pid: int
     attacked: str = ""
+    attacked_pid: int = 0
 
 
 @dataclass
@@ -155,14 +241,23 @@ class Round:
     closed_after: tuple[float, float]
     #: the server's CPU while the connections were held, in cores
     held_cpu: float
+    #: the attack while held: trickled records a second, and the width of each second's burst
+    records: tuple[float, float] = (0.0, 0.0)
+    #: CPU used by processes other than this run's (servers, probes, attacker), in cores: the
+    #: more of the unloaded and the held phases
+    foreign_cpu: float = 0.0
 
 
 @dataclass
 class Rounds:
     rounds: list[Round] = field(default_factory=list)
 
+    def quiet(self) -> Rounds:
+        """The rounds during whose unloaded and held phases other work on the machine took under QUIET_CPU."""
+        return Rounds([r for r in self.rounds if r.foreign_cpu < QUIET_CPU])
+
     def median(self, phase: str) -> float:
-        return statistics.median(r.p99s[phase] for r in self.rounds)
+        return statistics.median(r.p99s[phase] for r in self.rounds) if self.rounds else float("nan")
 
     def ratio(self, phase: str) -> float:
         """The phase's median p99 over the median unloaded p99."""
@@ -170,22 +265,27 @@ class Rounds:
 
 
 async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris: int, bodies: int,
-                    header_timeout: float, rate: float) -> Round:
+                    header_timeout: float, rate: float, placement: Placement = Placement()) -> Round:
+    placement.pin(target)
     probe = Probe(target.base, ctx, rate=rate)
     await probe.connect()
+    other = OtherWork([target.pid, target.attacked_pid or target.pid, os.getpid()])
     unloaded = [lat for _, lat in await probe.run(3.0)]
+    foreign_unloaded = other.since()
     queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
-    worker = multiprocessing.Process(target=attacker, args=(target.attacked or target.base, cafile, slowloris, bodies, queue))
+    worker = multiprocessing.Process(target=attacker, args=(target.attacked or target.base, cafile, slowloris, bodies, queue, placement))
     stop = asyncio.Event()
     started = time.monotonic()
     probing = asyncio.create_task(probe.run(stop))
     worker.start()
     first, opened = await asyncio.to_thread(queue.get)
     first_timeout = first + header_timeout
+    other = OtherWork([target.pid, target.attacked_pid or target.pid, os.getpid(), worker.pid or os.getpid()])
     cpu, since = cpu_seconds(target.pid), time.monotonic()
     await asyncio.sleep(max(0.0, first_timeout - MARGIN - time.monotonic()))
     held_cpu = (cpu_seconds(target.pid) - cpu) / max(1e-3, time.monotonic() - since)
-    closed: list[tuple[float, float]] = await asyncio.to_thread(queue.get)
+    foreign = max(foreign_unloaded, other.since())
+    closed, writes = await asyncio.to_thread(queue.get)
     heads, slow_bodies = [took for _, took in closed[:slowloris]], [took for _, took in closed[slowloris:]]
     last_head = max(at for at, _ in closed[:slowloris])
     await asyncio.sleep(max(0.0, last_head + MARGIN - time.monotonic()))
@@ -193,7 +293,7 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
     samples = await probing
     worker.join()
     windows = {
-        "connect": (started, opened), "held": (opened + MARGIN, first_timeout - MARGIN),
+        "connect": (started, opened), "held": (opened + (SETTLE if rate else MARGIN), first_timeout - MARGIN),
         "closing": (first_timeout - MARGIN, last_head + MARGIN),
     }
     phases = {"unloaded": unloaded} | {
@@ -201,19 +301,25 @@ async def one_round(target: Target, ctx: ssl.SSLContext, cafile: str, slowloris:
     }
     return Round(
         {name: p99(values) for name, values in phases.items()}, {name: len(v) for name, v in phases.items()},
-        (max(heads), max(slow_bodies, default=0.0)), held_cpu,
+        (max(heads), max(slow_bodies, default=0.0)), held_cpu, burst(writes, *windows["held"]), foreign,
     )
 
 
 async def rounds(targets: list[Target], ctx: ssl.SSLContext, cafile: str, count: int, slowloris: int, bodies: int,
-                 header_timeout: float, rate: float = 0.0) -> dict[str, Rounds]:
-    """``count`` rounds on each target, the targets taking turns."""
+                 header_timeout: float, rate: float = 0.0, placement: Placement = Placement(), quiet: int = 0,
+                 most: int = 0) -> dict[str, Rounds]:
+    """``count`` rounds on each target, the targets taking turns; then more, up to ``most`` in all,
+    until each target has ``quiet`` quiet rounds (the machine is shared: a round is kept or not
+    by the other work measured during it, never by its latencies)."""
     result = {target.name: Rounds() for target in targets}
-    for _ in range(count):
+    done = 0
+    while done < count or (done < most and any(len(r.quiet().rounds) < quiet for r in result.values())):
         for target in targets:
-            measured = await one_round(target, ctx, cafile, slowloris, bodies, header_timeout, rate)
+            measured = await one_round(target, ctx, cafile, slowloris, bodies, header_timeout, rate, placement)
             result[target.name].rounds.append(measured)
             print(f"    {target.name:<9} " + "  ".join(
                 f"{phase} {measured.p99s[phase] * 1000:.1f} ms ({measured.samples[phase]})" for phase in PHASES
-            ) + f"  server CPU held {measured.held_cpu:.0%}", flush=True)
+            ) + f"  server CPU held {measured.held_cpu:.0%}, other work {measured.foreign_cpu:.0%}, attack {measured.records[0]:.0f} records/s"
+                f" in bursts of {measured.records[1] * 1000:.0f} ms", flush=True)
+        done += 1
     return result

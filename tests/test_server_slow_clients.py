@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import ssl
 
 import pytest
@@ -26,8 +27,13 @@ async def connect(port: int, ctx: ssl.SSLContext) -> tuple[asyncio.StreamReader,
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bytes:
-    """Everything the server sent before closing; fails if it is still open after ``within`` s."""
-    return await asyncio.wait_for(reader.read(), within)
+    """Everything the server sent before closing (a reset, a connection dropped with data still
+    unread on the server's side, counts as closed with nothing sent); fails if it is still open
+    after ``within`` s."""
+    try:
+        return await asyncio.wait_for(reader.read(), within)
+    except ConnectionResetError:
+        return b""
 
 
 async def slowloris(port: int, ctx: ssl.SSLContext) -> bytes:
@@ -95,6 +101,33 @@ async def test_an_idle_connection_that_never_sends_is_closed(start_webhook: Star
     hook = await start_webhook(listen=GUARDED)
     reader, _ = await connect(port_of(hook), pki.client_context())
     assert await closed_by_server(reader, 5) == b""
+
+
+def silent_slowloris(port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
+    """A blocking TLS socket that sends half a request line and then never reads: it never
+    answers the server's close_notify, as a slowloris tool on raw sockets does not."""
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+    sock.sendall(b"POST /validate HTTP/1.1\r\n")
+    return sock
+
+
+async def test_a_slowloris_client_that_never_reads_loses_its_socket_at_the_header_timeout(
+    start_webhook: StartWebhook, pki: Pki
+) -> None:
+    """A TLS close waits for the client's close_notify (30 s by default in asyncio and uvloop);
+    a connection dropped at its header timeout must not wait for a client that never reads."""
+    hook = await start_webhook(listen=GUARDED)
+    socks = [await asyncio.to_thread(silent_slowloris, port_of(hook), pki.client_context()) for _ in range(5)]
+    open_connections = hook.app[keys.METRICS].connections
+    assert open_connections._value.get() == 5
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GUARDED.header_timeout + listener.SSL_SHUTDOWN_TIMEOUT / 2
+    while open_connections._value.get() and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert open_connections._value.get() == 0, "the server still holds sockets past the header timeout"
+    assert hook.app[keys.METRICS].rejected.labels("header-timeout")._value.get() == 5
+    for sock in socks:
+        sock.close()
 
 
 async def test_header_timeout_closes_are_logged_once_a_second_with_their_count(caplog: pytest.LogCaptureFixture) -> None:

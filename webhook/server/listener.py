@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 #: nothing else changes. Process-wide: set by ``start``, i.e. by the server.
 TLS_READ_BUFFER = 32 * 1024
 
+#: a TLS close (idle timeout, 408, connection cap, shutdown) sends close_notify and waits this
+#: long for the client's before dropping the socket (asyncio's and uvloop's default: 30 s)
+SSL_SHUTDOWN_TIMEOUT = 2.0
+
 #: a connection with no byte received for this long, and no request in
 #: progress, can be closed at shutdown without cutting a request in flight
 QUIET_SECONDS = 0.5
@@ -162,7 +166,10 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self.idle() and self.transport is not None:
             self._app[keys.METRICS].rejected.labels("header-timeout").inc()
             self._closes.closed()
-            self.force_close()
+            # dropped, not closed: a TLS close waits up to SSL_SHUTDOWN_TIMEOUT for the client's
+            # close_notify, which a slowloris client never sends, holding the socket and its
+            # buffers; there is no request to answer (connection_lost follows and cleans up)
+            self.transport.abort()
 
 
 class GuardedSite(web.BaseSite):
@@ -196,7 +203,8 @@ class GuardedSite(web.BaseSite):
 
         self._server = await loop.create_server(
             protocol, config.host, config.port, ssl=self._ssl_context, backlog=config.backlog,
-            ssl_handshake_timeout=config.handshake_timeout if self._ssl_context else None, reuse_address=True,
+            ssl_handshake_timeout=config.handshake_timeout if self._ssl_context else None,
+            ssl_shutdown_timeout=SSL_SHUTDOWN_TIMEOUT if self._ssl_context else None, reuse_address=True,
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
