@@ -123,9 +123,9 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
-#: one rule as a policy runs it: (rule name, mode, its run function, settings,
-#: run as a dry run (a mutation in warn/audit mode)?)
-_Step = tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool]
+#: one rule as a policy runs it: (its run function, settings, (rule name, mode)),
+#: three items, so that the loop over them stores little per rule
+_Step = tuple[Callable[[RuleContext, Any], None], Any, tuple[str, schema.Mode]]
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class _PolicyPlan:
 
     policy: schema.GPUPolicy
     rules: tuple[_Step, ...]
-    dry: bool  # some of its rules run as dry runs
+    dry: tuple[bool, ...] | None  # per rule, run as a dry run (a mutation in warn/audit mode)? None: none is
     is_gpu: gpu.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
@@ -183,13 +183,11 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
                 continue
             spec = policy.spec
             is_gpu, narrower = policies.matcher_of(policy)
-            steps = tuple(
-                (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
-            )
+            dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=steps,
-                dry=any(step[4] for step in steps),
+                rules=tuple((rule.run, cfg, (rule.name, cfg.mode)) for rule, cfg in rules),
+                dry=dry if any(dry) else None,
                 is_gpu=is_gpu,
                 narrower=narrower,
                 gpu_only=spec.match.gpuOnly,
@@ -277,8 +275,7 @@ def _context(
     # policy, its matcher and the rule are set again before each rule runs
     return RuleContext(
         request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
-        builder.owned(target.spec_path), policies.classifier, slots, None, claims,
-        claim_gpus.ClusterClasses(policies.device_classes, view),
+        builder.owned(target.spec_path), policies.classifier, slots, claims, policies.device_classes,
     )
 
 
@@ -286,11 +283,10 @@ def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
     """One policy's rules on one pod spec."""
     ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
     ctx.slots = gpu.narrow(slots, plan.is_gpu) if plan.narrower else slots
-    if plan.dry:
-        _run_some_dry(ctx, plan.rules)
+    if plan.dry is not None:
+        _run_some_dry(ctx, plan.rules, plan.dry)
         return
-    for name, mode, run, cfg, _ in plan.rules:
-        ctx.rule, ctx.mode = name, mode
+    for run, cfg, ctx.step in plan.rules:
         run(ctx, cfg)
 
 
@@ -328,12 +324,11 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     return node if isinstance(node, dict) else {}
 
 
-def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...]) -> None:
+def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bool, ...]) -> None:
     """A policy's rules where some mutations only report what they would change."""
-    for name, mode, run, cfg, dry in rules:
-        ctx.rule, ctx.mode = name, mode
+    for (run, cfg, ctx.step), dry in zip(rules, dry_runs):
         if dry:
-            _dry_run(replace(ctx), run, cfg)
+            _dry_run(ctx.copy(), run, cfg)
         else:
             run(ctx, cfg)
 
@@ -379,11 +374,8 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
 
 def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
-    parts: dict[str, None] = {}
-    owners: dict[str, None] = {}
-    for policy, _, what in changes:
-        parts[what] = owners[policy] = None
-    return f"{','.join(parts)}; policy={','.join(owners)}"
+    owners, _, parts = zip(*changes)  # (in C: this runs for every pod mutated)
+    return f"{','.join(dict.fromkeys(parts))}; policy={','.join(dict.fromkeys(owners))}"
 
 
 def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
