@@ -35,27 +35,18 @@ _NO_SLOTS: gpu.Slots = {}
 class RuleContext:
     """What a rule sees while it runs on one pod spec.
 
-    A plain class rather than a dataclass: one is made per pod spec on every
-    admission, and what is worked out later (the workload class, the
-    containers owned, the DRA device classes) starts from a class-level
-    default instead of being set each time.
+    A plain class with slots rather than a dataclass: one is made per pod
+    spec on every admission, and what is worked out later (the workload
+    class, the containers owned, the DRA device classes) starts as None.
+    Every attribute is set in ``__init__``: one read from the class instead
+    would not be specialized by CPython.
     """
 
-    #: the pod spec as earlier rules left it: the builder's own copy, which
-    #: rules change only through the builder and never replace whole
-    spec: dict[str, Any]
-    #: the rule running and its mode, set by the engine before each rule
-    step: tuple[str, schema.Mode]
-    #: the pod spec's DRA claims as resolved through the view (None: it names none)
-    claims: PodClaims | None = None
-    _workload_class: str | None = None
-    #: the policy set's DRA device classes of GPUs, and the view's as asked (device_classes)
-    _device_table: Mapping[str, DeviceClassInfo] | None = None
-    _device_classes: ClusterClasses | None = None
-    #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
-    _extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
-    #: (container list, index) → the container as the builder's own (own_container)
-    _containers: dict[tuple[str, int], dict[str, Any]] | None = None
+    __slots__ = (
+        "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec",
+        "classes", "slots", "claims", "_device_table", "_device_classes", "_workload_class", "_extended_gpus",
+        "_containers",
+    )
 
     def __init__(
         self, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, rule: str,
@@ -64,19 +55,30 @@ class RuleContext:
         classes: match.Classifier = _NO_CLASSES, slots: gpu.Slots = _NO_SLOTS, claims: PodClaims | None = None,
         device_table: Mapping[str, DeviceClassInfo] | None = None,
     ) -> None:
-        self.request, self.view, self.phase, self.policy, self.step = request, view, phase, policy, (rule, mode)
+        self.request, self.view, self.phase, self.policy = request, view, phase, policy
+        #: the rule running and its mode, set by the engine before each rule
+        self.step: tuple[str, schema.Mode] = (rule, mode)
         self.target, self.is_gpu, self.ns_labels, self.builder, self.sink = target, is_gpu, ns_labels, builder, sink
-        self.spec = spec if spec is not None else {}
+        #: the pod spec as earlier rules left it: the builder's own copy, which
+        #: rules change only through the builder and never replace whole
+        self.spec: dict[str, Any] = spec if spec is not None else {}
         self.classes, self.slots = classes, slots
-        if claims is not None:
-            self.claims = claims
-        if device_table is not None:
-            self._device_table = device_table
+        #: the pod spec's DRA claims as resolved through the view (None: it names none)
+        self.claims = claims
+        #: the policy set's DRA device classes of GPUs, and the view's as asked (device_classes)
+        self._device_table = device_table
+        self._device_classes: ClusterClasses | None = None
+        self._workload_class: str | None = None
+        #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
+        self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
+        #: (container list, index) → the container as the builder's own (own_container)
+        self._containers: dict[tuple[str, int], dict[str, Any]] | None = None
 
     def copy(self) -> RuleContext:
         """A context to change without changing this one (a dry run's)."""
         clone = object.__new__(RuleContext)
-        clone.__dict__.update(self.__dict__)
+        for name in RuleContext.__slots__:
+            setattr(clone, name, getattr(self, name))
         return clone
 
     @property
