@@ -30,6 +30,7 @@ class Findings:
 
 
 _NO_SLOTS: gpu.Slots = {}
+_POD_META = ("metadata",)
 
 
 class RuleContext:
@@ -112,7 +113,10 @@ class RuleContext:
     def meta(self) -> Mapping[str, Any]:
         """The pod (template) metadata, {} when the spec has none."""
         path = self.target.meta_path
-        value = lookup(self.builder.doc, path) if path is not None else None
+        if path == _POD_META:  # a Pod: its own metadata, read without a walk
+            value = self.builder.doc.get("metadata")
+        else:
+            value = lookup(self.builder.doc, path) if path is not None else None
         return value if isinstance(value, dict) else {}
 
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:

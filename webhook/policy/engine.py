@@ -213,16 +213,18 @@ def _evaluate(
     targets = pod_targets(obj, paths)
     any_gpu = policies.any_gpu
     specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
+    with_claims = False
     for target in targets:
         spec = _get(obj, target.spec_path)
         specs.append(spec)
         slots.append(gpu.gpu_slots(spec, any_gpu))
-    claims = _claims(policies, request, specs, slots, view)
+        with_claims = with_claims or "resourceClaims" in spec
+    claims = _claims(policies, request, specs, slots, view) if with_claims else [None] * len(targets)
     # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
     # no container uses them (the pod holds the devices, on their node); a claim the view
     # cannot resolve may be one: validations look at it
     gpu_pods: list[Any] = slots
-    if any(claims):
+    if with_claims and any(claims):
         gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
                     for s, c in zip(slots, claims)]
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
@@ -345,7 +347,8 @@ def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any
 
 def _record_provenance(builder: PatchBuilder, summary: str) -> None:
     """Name what changed and which policy did it, merged into an earlier pass's note."""
-    metadata = builder.own(builder.owned(()), "metadata")  # the root is the builder's once a rule wrote
+    # the root is the builder's: each context took the builder's own copy of its pod spec
+    metadata = builder.own(builder.doc, "metadata")
     annotations = metadata.get("annotations") if type(metadata) is dict else None
     if annotations is not None and type(annotations) is not dict:
         return  # not an object kube-apiserver would accept; nothing to annotate
