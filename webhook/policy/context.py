@@ -57,8 +57,8 @@ class RuleContext:
         device_table: Mapping[str, DeviceClassInfo] | None = None,
     ) -> None:
         self.request, self.view, self.phase, self.policy = request, view, phase, policy
-        #: the rule running and its mode, set by the engine before each rule
-        self.step: tuple[str, schema.Mode] = (rule, mode)
+        #: the rule running, its mode and its policy's name, set by the engine before each rule
+        self.step: tuple[str, schema.Mode, str] = (rule, mode, policy.metadata.name)
         self.target, self.is_gpu, self.ns_labels, self.builder, self.sink = target, is_gpu, ns_labels, builder, sink
         #: the pod spec as earlier rules left it: the builder's own copy, which
         #: rules change only through the builder and never replace whole
@@ -196,4 +196,6 @@ class RuleContext:
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
         # what Change(...) does, without the named tuple's __new__, a Python function on CPython 3.11
-        self.sink.changes.append(_new_tuple(Change, (self.policy.metadata.name, self.step[0], what)))
+        # (the policy's name from the step: settings and policies are pydantic models, slower to read)
+        step = self.step
+        self.sink.changes.append(_new_tuple(Change, (step[2], step[0], what)))

@@ -123,9 +123,9 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
-#: one rule as a policy runs it: (its run function, settings, (rule name, mode)),
+#: one rule as a policy runs it: (its run function, settings, (rule name, mode, policy name)),
 #: three items, so that the loop over them stores little per rule
-_Step = tuple[Callable[[RuleContext, Any], None], Any, tuple[str, schema.Mode]]
+_Step = tuple[Callable[[RuleContext, Any], None], Any, tuple[str, schema.Mode, str]]
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
             dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple((rule.run, cfg, (rule.name, cfg.mode)) for rule, cfg in rules),
+                rules=tuple((rule.run, cfg, (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
                 dry=dry if any(dry) else None,
                 is_gpu=is_gpu,
                 narrower=narrower,
