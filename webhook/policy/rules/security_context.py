@@ -63,9 +63,9 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tu
     (What _pod_defaults and _container_defaults decide when every context is empty.)
     """
     builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
-    wanted = dict(cfg.unset_pod_defaults)
-    if cfg.seccompProfile:  # no container has one
-        wanted["seccompProfile"] = {"type": cfg.seccompProfile}
+    wanted, seccomp = dict(cfg.unset_pod_defaults), cfg.seccompProfile
+    if seccomp:  # no container has one
+        wanted["seccompProfile"] = {"type": seccomp}
     builder.put(spec, base, "securityContext", wanted)
     for name, index in containers:
         value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
