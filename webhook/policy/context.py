@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.policy import gpu, match, schema
-from webhook.policy.claim_gpus import PodClaims
+from webhook.policy.claim_gpus import ClusterClasses, PodClaims
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.decision import Change, Finding
 from webhook.policy.patch import PatchBuilder, lookup
@@ -18,6 +18,7 @@ from webhook.policy.workload import PodTarget, owner_kinds
 
 
 _new_tuple = tuple.__new__
+_NO_CLASSES = match.Classifier(())
 
 
 @dataclass(slots=True)
@@ -28,33 +29,74 @@ class Findings:
     changes: list[Change] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+_NO_SLOTS: gpu.Slots = {}
+_POD_META = ("metadata",)
+
+
 class RuleContext:
-    request: Request
-    view: ClusterView
-    phase: Phase
-    policy: schema.GPUPolicy
-    rule: str
-    mode: schema.Mode
-    target: PodTarget
-    is_gpu: gpu.ResourceMatcher
-    ns_labels: Mapping[str, str]
-    builder: PatchBuilder
-    sink: Findings
-    #: the pod spec as earlier rules left it: the builder's own copy, which
-    #: rules change only through the builder and never replace whole
-    spec: dict[str, Any] = field(default_factory=dict)
-    classes: match.Classifier = match.Classifier(())
-    slots: gpu.Slots = field(default_factory=dict)
-    _workload_class: str | None = None
-    #: the pod spec's DRA claims as resolved through the view (None: it names none)
-    claims: PodClaims | None = None
-    #: DRA device classes of GPUs (the policy set's table)
-    device_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
-    #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
-    _extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
-    #: (container list, index) → the container as the builder's own (own_container)
-    _containers: dict[tuple[str, int], dict[str, Any]] | None = None
+    """What a rule sees while it runs on one pod spec.
+
+    A plain class with slots rather than a dataclass: one is made per pod
+    spec on every admission, and what is worked out later (the workload
+    class, the containers owned, the DRA device classes) starts as None.
+    Every attribute is set in ``__init__``: one read from the class instead
+    would not be specialized by CPython.
+    """
+
+    __slots__ = (
+        "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec",
+        "classes", "slots", "claims", "_device_table", "_device_classes", "_workload_class", "_extended_gpus",
+        "_containers",
+    )
+
+    def __init__(
+        self, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, rule: str,
+        mode: schema.Mode, target: PodTarget, is_gpu: gpu.ResourceMatcher, ns_labels: Mapping[str, str],
+        builder: PatchBuilder, sink: Findings, spec: dict[str, Any] | None = None,
+        classes: match.Classifier = _NO_CLASSES, slots: gpu.Slots = _NO_SLOTS, claims: PodClaims | None = None,
+        device_table: Mapping[str, DeviceClassInfo] | None = None,
+    ) -> None:
+        self.request, self.view, self.phase, self.policy = request, view, phase, policy
+        #: the rule running, its mode and its policy's name, set by the engine before each rule
+        self.step: tuple[str, schema.Mode, str] = (rule, mode, policy.metadata.name)
+        self.target, self.is_gpu, self.ns_labels, self.builder, self.sink = target, is_gpu, ns_labels, builder, sink
+        #: the pod spec as earlier rules left it: the builder's own copy, which
+        #: rules change only through the builder and never replace whole
+        self.spec: dict[str, Any] = spec if spec is not None else {}
+        self.classes, self.slots = classes, slots
+        #: the pod spec's DRA claims as resolved through the view (None: it names none)
+        self.claims = claims
+        #: the policy set's DRA device classes of GPUs, and the view's as asked (device_classes)
+        self._device_table = device_table
+        self._device_classes: ClusterClasses | None = None
+        self._workload_class: str | None = None
+        #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
+        self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
+        #: (container list, index) → the container as the builder's own (own_container)
+        self._containers: dict[tuple[str, int], dict[str, Any]] | None = None
+
+    def copy(self) -> RuleContext:
+        """A context to change without changing this one (a dry run's)."""
+        clone = object.__new__(RuleContext)
+        for name in RuleContext.__slots__:
+            setattr(clone, name, getattr(self, name))
+        return clone
+
+    @property
+    def rule(self) -> str:
+        return self.step[0]
+
+    @property
+    def mode(self) -> schema.Mode:
+        return self.step[1]
+
+    @property
+    def device_classes(self) -> Mapping[str, DeviceClassInfo]:
+        """DRA device classes of GPUs: the policy set's table, and the cluster's classes selecting the same devices."""
+        found = self._device_classes
+        if found is None:
+            found = self._device_classes = ClusterClasses(self._device_table or {}, self.view)
+        return found
 
     @property
     def workload_class(self) -> str:
@@ -71,7 +113,10 @@ class RuleContext:
     def meta(self) -> Mapping[str, Any]:
         """The pod (template) metadata, {} when the spec has none."""
         path = self.target.meta_path
-        value = lookup(self.builder.doc, path) if path is not None else None
+        if path == _POD_META:  # a Pod: its own metadata, read without a walk
+            value = self.builder.doc.get("metadata")
+        else:
+            value = lookup(self.builder.doc, path) if path is not None else None
         return value if isinstance(value, dict) else {}
 
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
@@ -151,4 +196,6 @@ class RuleContext:
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
         # what Change(...) does, without the named tuple's __new__, a Python function on CPython 3.11
-        self.sink.changes.append(_new_tuple(Change, (self.policy.metadata.name, self.rule, what)))
+        # (the policy's name from the step: settings and policies are pydantic models, slower to read)
+        step = self.step
+        self.sink.changes.append(_new_tuple(Change, (step[2], step[0], what)))

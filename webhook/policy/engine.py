@@ -123,9 +123,9 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     )
 
 
-#: one rule as a policy runs it: (rule name, mode, its run function, settings,
-#: run as a dry run (a mutation in warn/audit mode)?)
-_Step = tuple[str, schema.Mode, Callable[[RuleContext, Any], None], Any, bool]
+#: one rule as a policy runs it: (its run function, settings, (rule name, mode, policy name)),
+#: three items, so that the loop over them stores little per rule
+_Step = tuple[Callable[[RuleContext, Any], None], Any, tuple[str, schema.Mode, str]]
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class _PolicyPlan:
 
     policy: schema.GPUPolicy
     rules: tuple[_Step, ...]
-    dry: bool  # some of its rules run as dry runs
+    dry: tuple[bool, ...] | None  # per rule, run as a dry run (a mutation in warn/audit mode)? None: none is
     is_gpu: gpu.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
@@ -183,13 +183,11 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
                 continue
             spec = policy.spec
             is_gpu, narrower = policies.matcher_of(policy)
-            steps = tuple(
-                (rule.name, cfg.mode, rule.run, cfg, phase == "mutate" and cfg.mode != "enforce") for rule, cfg in rules
-            )
+            dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=steps,
-                dry=any(step[4] for step in steps),
+                rules=tuple((rule.run, cfg, (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
+                dry=dry if any(dry) else None,
                 is_gpu=is_gpu,
                 narrower=narrower,
                 gpu_only=spec.match.gpuOnly,
@@ -215,16 +213,18 @@ def _evaluate(
     targets = pod_targets(obj, paths)
     any_gpu = policies.any_gpu
     specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
+    with_claims = False
     for target in targets:
         spec = _get(obj, target.spec_path)
         specs.append(spec)
         slots.append(gpu.gpu_slots(spec, any_gpu))
-    claims = _claims(policies, request, specs, slots, view)
+        with_claims = with_claims or "resourceClaims" in spec
+    claims = _claims(policies, request, specs, slots, view) if with_claims else [None] * len(targets)
     # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
     # no container uses them (the pod holds the devices, on their node); a claim the view
     # cannot resolve may be one: validations look at it
     gpu_pods: list[Any] = slots
-    if any(claims):
+    if with_claims and any(claims):
         gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
                     for s, c in zip(slots, claims)]
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
@@ -277,8 +277,7 @@ def _context(
     # policy, its matcher and the rule are set again before each rule runs
     return RuleContext(
         request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
-        builder.owned(target.spec_path), policies.classifier, slots, None, claims,
-        claim_gpus.ClusterClasses(policies.device_classes, view),
+        builder.owned(target.spec_path), policies.classifier, slots, claims, policies.device_classes,
     )
 
 
@@ -286,11 +285,10 @@ def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
     """One policy's rules on one pod spec."""
     ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
     ctx.slots = gpu.narrow(slots, plan.is_gpu) if plan.narrower else slots
-    if plan.dry:
-        _run_some_dry(ctx, plan.rules)
+    if plan.dry is not None:
+        _run_some_dry(ctx, plan.rules, plan.dry)
         return
-    for name, mode, run, cfg, _ in plan.rules:
-        ctx.rule, ctx.mode = name, mode
+    for run, cfg, ctx.step in plan.rules:
         run(ctx, cfg)
 
 
@@ -328,12 +326,11 @@ def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, An
     return node if isinstance(node, dict) else {}
 
 
-def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...]) -> None:
+def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bool, ...]) -> None:
     """A policy's rules where some mutations only report what they would change."""
-    for name, mode, run, cfg, dry in rules:
-        ctx.rule, ctx.mode = name, mode
+    for (run, cfg, ctx.step), dry in zip(rules, dry_runs):
         if dry:
-            _dry_run(replace(ctx), run, cfg)
+            _dry_run(ctx.copy(), run, cfg)
         else:
             run(ctx, cfg)
 
@@ -350,7 +347,8 @@ def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any
 
 def _record_provenance(builder: PatchBuilder, summary: str) -> None:
     """Name what changed and which policy did it, merged into an earlier pass's note."""
-    metadata = builder.own(builder.owned(()), "metadata")  # the root is the builder's once a rule wrote
+    # the root is the builder's: each context took the builder's own copy of its pod spec
+    metadata = builder.own(builder.doc, "metadata")
     annotations = metadata.get("annotations") if type(metadata) is dict else None
     if annotations is not None and type(annotations) is not dict:
         return  # not an object kube-apiserver would accept; nothing to annotate
@@ -379,11 +377,8 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
 
 def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
-    parts: dict[str, None] = {}
-    owners: dict[str, None] = {}
-    for policy, _, what in changes:
-        parts[what] = owners[policy] = None
-    return f"{','.join(parts)}; policy={','.join(owners)}"
+    owners, _, parts = zip(*changes)  # (in C: this runs for every pod mutated)
+    return f"{','.join(dict.fromkeys(parts))}; policy={','.join(dict.fromkeys(owners))}"
 
 
 def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:

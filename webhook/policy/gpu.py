@@ -43,9 +43,9 @@ class ResourceMatcher:
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
 
-    def among(self, names: Mapping[str, Any]) -> AbstractSet[str]:
-        """The names (keys of a resource map) this matches."""
-        keys = names.keys()
+    def among(self, names: Mapping[str, Any] | set[str]) -> AbstractSet[str]:
+        """The names (keys of a resource map, or a set of them) this matches."""
+        keys = names if isinstance(names, set) else names.keys()
         if keys <= self.seen:
             # most maps hold no GPU at all (cpu, memory): answered without building a set
             return keys & self.matching if not self.matching.isdisjoint(keys) else _NO_NAMES
@@ -145,9 +145,13 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             if type(resources) is not dict:
                 continue
             limits, requests = resources.get("limits"), resources.get("requests")
-            names = among(limits) if type(limits) is dict else None
-            if type(requests) is dict:
-                names = among(requests) | names if names else among(requests)
+            if type(limits) is dict:
+                # both maps' names at once, in C: one question to the matcher
+                names = among(limits.keys() | requests.keys() if type(requests) is dict else limits)
+            elif type(requests) is dict:
+                names = among(requests)
+            else:
+                continue
             if names:
                 slots[(list_name, index)] = frozenset(names)
     return slots

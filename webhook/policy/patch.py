@@ -229,7 +229,7 @@ class PatchBuilder:
         owned = self._owned
         node = self.doc
         if id(node) not in owned:
-            node = self.doc = _shallow(node)
+            node = self.doc = node.copy() if type(node) is dict else _shallow(node)
             owned[id(node)] = node
         child: Any
         for key in path:

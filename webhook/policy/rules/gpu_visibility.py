@@ -6,7 +6,6 @@ sees every GPU of the node unless the variable is overridden.
 
 from __future__ import annotations
 
-from typing import Any
 
 from webhook.policy import gpu
 from webhook.policy.context import RuleContext
@@ -20,8 +19,10 @@ HIDDEN = ("void", "none", "")
 def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
     slots, spec = ctx.slots, ctx.spec
     pod_has_gpu = bool(slots)
-    if pod_has_gpu and len(slots) == _count(spec.get("initContainers")) + _count(spec.get("containers")):
-        return  # every container requested a GPU
+    if pod_has_gpu:
+        init, main = spec.get("initContainers"), spec.get("containers")
+        if len(slots) == (len(init) if type(init) is list else 0) + (len(main) if type(main) is list else 0):
+            return  # every container requested a GPU
     for ref in gpu.containers(spec):
         if ctx.gpu_names(ref):
             continue
@@ -40,7 +41,3 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
                 "scheduling; request nvidia.com/gpu in resources.limits instead",
                 f"{ref.list_name}[{ref.index}].env",
             )
-
-
-def _count(items: Any) -> int:
-    return len(items) if type(items) is list else 0

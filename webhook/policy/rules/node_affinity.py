@@ -34,10 +34,11 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
 
 def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
     required, preferred = cfg.required, cfg.preferred  # copied only when extended (read-only settings)
-    if cfg.byResource:
+    by_resource = cfg.byResource
+    if by_resource:
         # by extended resource only: the scheduler places DRA claims by the devices nodes publish
         slots = ctx.extended_slots()
-        for extra in cfg.byResource:
+        for extra in by_resource:
             if extra.matcher.any_of(slots):
                 required, preferred = [*required, *extra.required], [*preferred, *extra.preferred]
     return required, preferred

@@ -24,36 +24,52 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     spec = ctx.spec
     if is_windows(spec):
         return  # the API rejects these Linux fields on Windows pods
+    if not spec.get("securityContext"):
+        plain = _without_contexts(spec)
+        if plain is not None:
+            # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads
+            # it): nothing to report at either level, every default holds
+            _write_whole(ctx, cfg, plain)
+            ctx.changed("securityContext")
+            return
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
-    if not spec.get("securityContext") and not any([ref.container.get("securityContext") for ref in refs]):
-        # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads it)
-        changed = _write_whole(ctx, cfg, refs)
-    else:
-        container_scs = [_sc(ref.container) for ref in refs]
-        changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
-        for ref, sc in zip(refs, container_scs):
-            changed |= _container_defaults(ctx, ref, sc)
+    container_scs = [_sc(ref.container) for ref in refs]
+    changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
+    for ref, sc in zip(refs, container_scs):
+        changed |= _container_defaults(ctx, ref, sc)
     if changed:
         ctx.changed("securityContext")
 
 
-def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> bool:
-    """The common case, nothing set anywhere: every default holds, each context is written as one operation.
+def _without_contexts(spec: Mapping[str, Any]) -> list[tuple[str, int]] | None:
+    """Where the pod spec's containers are (as ``gpu.containers``), or None when one has a securityContext."""
+    found = []
+    for list_name in gpu.CONTAINER_LISTS:
+        items = spec.get(list_name)
+        if type(items) is list:
+            for index, container in enumerate(items):
+                if type(container) is dict:
+                    if container.get("securityContext"):
+                        return None
+                    found.append((list_name, index))
+    return found
+
+
+def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tuple[str, int]]) -> None:
+    """The common case, nothing set anywhere: each context is written as one operation.
 
     (What _pod_defaults and _container_defaults decide when every context is empty.)
     """
     builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
-    wanted = dict(cfg.unset_pod_defaults)
-    if cfg.seccompProfile:  # no container has one
-        wanted["seccompProfile"] = {"type": cfg.seccompProfile}
+    wanted, seccomp = dict(cfg.unset_pod_defaults), cfg.seccompProfile
+    if seccomp:  # no container has one
+        wanted["seccompProfile"] = {"type": seccomp}
     builder.put(spec, base, "securityContext", wanted)
-    for ref in refs:
-        name, index = ref.list_name, ref.index
+    for name, index in containers:
         value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         builder.put(ctx.own_container(name, index), base + (name, index), "securityContext", value)
-    return True
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,10 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
     builder, base = ctx.builder, ctx.target.spec_path
     if not exists:
-        size = min([_size_for(container, cfg) for _, _, container in targets])[1]
+        smallest = _size_for(targets[0][2], cfg)
+        for _, _, container in targets[1:]:  # (a loop: most pods have one target)
+            smallest = min(smallest, _size_for(container, cfg))
+        size = smallest[1]
         builder.append_to(spec, base, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     for list_name, index, _ in targets:
         mount = {"name": name, "mountPath": MOUNT_PATH}
