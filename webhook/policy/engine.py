@@ -39,6 +39,7 @@ from webhook.policy.workload import PodTarget, pod_targets
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,9 @@ def _evaluate(
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
-    sink = Findings([], [])
+    # the dataclass's __init__ is a Python call with default factories: set its two slots here
+    sink = _new_object(Findings)
+    sink.findings, sink.changes = [], []
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
         ctx = _context(
