@@ -216,7 +216,9 @@ def _evaluate(
     specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
     with_claims = False
     for target in targets:
-        spec = _get(obj, target.spec_path)
+        spec: Any = obj
+        for key in target.spec_path:  # (inline: pod_targets found a map there)
+            spec = spec[key]
         specs.append(spec)
         slots.append(gpu.gpu_slots(spec, any_gpu))
         with_claims = with_claims or "resourceClaims" in spec
@@ -320,13 +322,6 @@ def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
     if namespace:
         labels.setdefault("kubernetes.io/metadata.name", namespace)
     return labels
-
-
-def _get(obj: Mapping[str, Any], path: tuple[str | int, ...]) -> Mapping[str, Any]:
-    node: Any = obj
-    for key in path:
-        node = node[key]
-    return node if isinstance(node, dict) else {}
 
 
 def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bool, ...]) -> None:
