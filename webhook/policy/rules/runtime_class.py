@@ -15,7 +15,7 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     current, name = ctx.spec.get("runtimeClassName"), cfg.name
     if current == name or (current and not cfg.override):
         return
-    if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(cfg.name) is None:
+    if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(name) is None:
         ctx.report(
             f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
             "create it (deploy/runtimeclass) or change the policy",
