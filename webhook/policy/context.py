@@ -136,8 +136,7 @@ class RuleContext:
             container = owned.get((list_name, index))
             if container is not None:
                 return container
-        builder = self.builder
-        container = owned[(list_name, index)] = builder.own_item(builder.own(self.spec, list_name), index)
+        container = owned[(list_name, index)] = self.builder.own_item(self.spec, list_name, index)
         return container
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:

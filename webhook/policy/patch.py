@@ -176,13 +176,20 @@ class PatchBuilder:
             return child
         return None
 
-    def own_item(self, items: list[Any], index: int) -> Any:
-        """``own(items, index)`` for an owned list and an index known to hold a map or list."""
+    def own_item(self, parent: dict[str, Any], key: str, index: int) -> Any:
+        """The item at ``parent[key][index]`` made the builder's own, with its list (one call, not two).
+
+        ``parent`` is owned, ``parent[key]`` is known to be a list and the item a map or list.
+        """
+        owned = self._owned
+        items = parent[key]
+        if id(items) not in owned:
+            items = parent[key] = items.copy()
+            owned[id(items)] = items
         child = items[index]
-        if id(child) in self._owned:
-            return child
-        child = items[index] = child.copy()
-        self._owned[id(child)] = child
+        if id(child) not in owned:
+            child = items[index] = child.copy()
+            owned[id(child)] = child
         return child
 
     def put(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, value: Any) -> bool:
