@@ -135,3 +135,37 @@ def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_pa
         assert proc.wait(30) == 1
     lines = (tmp_path / "server.log").read_text().splitlines()
     assert lines[-1].startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in "".join(lines)
+
+
+def _handshake_then_review(sock: socket.socket, ctx: ssl.SSLContext, body: bytes) -> bytes:
+    """The TLS handshake on an already accepted connection, then one review: the status line."""
+    with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+        head = f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        tls.sendall(head.encode() + body)
+        return tls.makefile("rb").readline()
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+async def test_a_connection_accepted_before_the_listener_closes_is_answered_after_its_handshake(
+    pki: Pki, policy_dir: Path, tmp_path: Path, event_loop: str
+) -> None:
+    """Under load a client's TLS handshake can outlast the drain: the connection was accepted, its
+    request is still to come, and the server must wait for it rather than stop."""
+    port = free_port()
+    base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
+    proc = start_server(pki, policy_dir, port, tmp_path / "server.log", "--event-loop", event_loop)
+    try:
+        await wait_ready(base, ctx, proc)
+        body = json.dumps(load_review(corpus_reviews()[0])).encode()
+        sock = socket.create_connection(("127.0.0.1", port))  # accepted; no ClientHello yet
+        await asyncio.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(DRAIN + 0.3)  # past the drain: the listener is closed
+        status = await asyncio.wait_for(asyncio.to_thread(_handshake_then_review, sock, ctx, body), TIMEOUT)
+        code = await asyncio.to_thread(proc.wait, TIMEOUT + 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert status.split()[1] == b"200", status
+    assert code == 0

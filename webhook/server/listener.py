@@ -11,7 +11,10 @@ aiohttp's request handler and drains before it stops:
    and each client moves its next request to a new connection;
 2. the listening socket closes (new connections are refused at connect);
 3. connections still open are answered to the end, then closed once idle
-   and quiet (no byte received for ``QUIET_SECONDS``), within the timeout.
+   and quiet (no byte received for ``QUIET_SECONDS``), within the timeout;
+   a connection accepted before the listener closed whose TLS handshake is
+   still under way (common under load: each drained answer sends its client
+   to a new connection) is waited for too, up to the handshake timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import weakref
 from asyncio import sslproto
 from dataclasses import dataclass
 from typing import Any
@@ -97,17 +101,22 @@ class GuardedHandler(web_protocol.RequestHandler):
     """aiohttp's request handler with a header timeout, a connection cap and activity tracking."""
 
     def __init__(
-        self, manager: web.Server, *, config: ListenerConfig, app: web.Application, closes: CloseLog, **kwargs: Any
+        self, manager: web.Server, *, config: ListenerConfig, app: web.Application, closes: CloseLog,
+        handshaking: weakref.WeakSet[GuardedHandler], **kwargs: Any
     ) -> None:
         super().__init__(manager, **kwargs)
         self._config = config
         self._app = app
         self._closes = closes
         self._header_timer: asyncio.TimerHandle | None = None
-        self.last_activity = 0.0
+        self.last_activity = self.accepted_at = self._loop.time()
         self._counted = False
+        # accepted, TLS handshake under way: not in the server's connections until it is made
+        self._handshaking = handshaking
+        handshaking.add(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._handshaking.discard(self)
         super().connection_made(transport)
         loop = asyncio.get_running_loop()
         self.last_activity = loop.time()
@@ -175,17 +184,23 @@ class GuardedHandler(web_protocol.RequestHandler):
 class GuardedSite(web.BaseSite):
     """A TCP+TLS site whose connections are GuardedHandlers."""
 
-    __slots__ = ("_config", "_app", "port")
+    __slots__ = ("_config", "_app", "port", "handshaking")
 
     def __init__(self, runner: web.AppRunner, config: ListenerConfig, ssl_context: ssl.SSLContext | None) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=config.backlog)
         self._config = config
         self._app = runner.app
         self.port = config.port
+        #: connections accepted whose TLS handshake is not done (a failed one leaves with its last reference)
+        self.handshaking: weakref.WeakSet[GuardedHandler] = weakref.WeakSet()
 
     @property
     def name(self) -> str:
         return f"https://{self._config.host}:{self.port}"
+
+    @property
+    def handshake_timeout(self) -> float:
+        return self._config.handshake_timeout
 
     async def start(self) -> None:
         await super().start()
@@ -193,11 +208,12 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         config, app = self._config, self._app
-        closes = CloseLog(config.header_timeout)
+        closes, handshaking = CloseLog(config.header_timeout), self.handshaking
 
         def protocol() -> GuardedHandler:
             return GuardedHandler(
-                server, loop=loop, config=config, app=app, closes=closes, keepalive_timeout=config.idle_timeout,
+                server, loop=loop, config=config, app=app, closes=closes, handshaking=handshaking,
+                keepalive_timeout=config.idle_timeout,
                 access_log=None, auto_decompress=False, lingering_time=config.lingering,
             )
 
@@ -232,6 +248,11 @@ class Listener:
         await self.runner.cleanup()
 
     def _busy(self, now: float) -> bool:
+        """A request may still come or is being answered: on a connection mid-handshake (accepted
+        before the listener closed, its request not sent yet), or one not idle and quiet."""
+        handshake = self.site.handshake_timeout
+        if any(now - c.accepted_at < handshake for c in self.site.handshaking):
+            return True
         server = self.runner.server
         if server is None:
             return False
