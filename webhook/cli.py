@@ -73,7 +73,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--eval-deadline", type=float, default=2.0, help="seconds a large object's evaluation may take")
     p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
-                   help="auto: uvloop where installed (~10-15%% less CPU per request, docs/performance.md), else asyncio")
+                   help="auto: uvloop where installed (3-12%% less CPU per request, docs/performance.md), else asyncio")
     p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
