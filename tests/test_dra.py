@@ -249,3 +249,24 @@ def test_forward_compatibility_reads_the_product_a_dra_node_publishes(product: s
     view = SnapshotView.from_objects([template, _node("n"), _slice("n", [device])])
     decision = engine.evaluate(shipped_policies(), Request.for_object(pod), view, "validate")
     assert decision.allowed is runs, decision.message()
+
+
+def test_a_relist_of_resource_slices_never_hides_a_published_device_from_a_reader() -> None:
+    """Admission reads allocated devices without the index's lock: during a relist of the same
+    slices, a device published before and after it is found all along."""
+    from webhook.policy.aggregates import Aggregates
+
+    aggregates = Aggregates()
+    slices = [_slice(f"n{i}", [_gpu("gpu-0", "570.124.6")]) for i in range(3)]
+    for obj in slices:
+        aggregates.put_slice(copy.deepcopy(obj))
+    seen = []
+
+    def relisted() -> Any:
+        for obj in slices:
+            seen.append(aggregates.published_device("gpu.nvidia.com", "n0", "gpu-0"))
+            yield copy.deepcopy(obj)
+
+    aggregates.replace_slices(relisted())
+    assert seen and all(device is not None for device in seen), seen
+    assert aggregates.published_device("gpu.nvidia.com", "n2", "gpu-0") is not None

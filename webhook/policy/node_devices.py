@@ -84,7 +84,8 @@ class SliceIndex:
         self._on_node: dict[str, set[str]] = {}  # node → names of its slices
         self._summary: dict[str, NodeDevices | None] = {}  # node → its devices, worked out when asked
         #: every device by (driver, pool, name), node-local or not: what a claim's allocation names.
-        #: Changed in place by the writer; readers only look single keys up (atomic under the GIL)
+        #: Changed in place one key at a time by the writer, replaced whole on a relist; readers
+        #: only look single keys up (atomic under the GIL)
         self._by_id: dict[tuple[str, str, str], Device] = {}
 
     def put(self, obj: Object) -> set[str]:
@@ -112,10 +113,13 @@ class SliceIndex:
         return self._drop(name)
 
     def replace(self, objs: Iterable[Object]) -> None:
-        self._slices, self._on_node, self._summary, self._by_id = {}, {}, {}, {}
+        """A relist: built aside and swapped in, so a reader of ``device`` (without the writer's
+        lock) never sees the index half-built."""
+        fresh = SliceIndex()
         for obj in objs:
             if isinstance(obj, Mapping):
-                self.put(obj)
+                fresh.put(obj)
+        self._slices, self._on_node, self._summary, self._by_id = fresh._slices, fresh._on_node, fresh._summary, fresh._by_id
 
     def of_node(self, node: str) -> NodeDevices | None:
         """The node's devices over all its slices (None: it publishes none)."""
