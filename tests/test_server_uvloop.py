@@ -8,6 +8,7 @@ transport, and each defence must hold on it as on asyncio's.
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -27,3 +28,14 @@ def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
 
 async def test_the_loop_is_uvloop() -> None:
     assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+
+
+def test_auto_falls_back_to_asyncio_when_uvloop_does_not_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.errors import GpuAdmissionError
+    from webhook.server import loop
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # what a broken or missing install gives: ImportError
+    monkeypatch.setattr(asyncio, "set_event_loop_policy", lambda policy: pytest.fail("no policy without uvloop"))
+    loop.use("auto")
+    with pytest.raises(GpuAdmissionError, match="uvloop is not installed"):
+        loop.use("uvloop")

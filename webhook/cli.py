@@ -16,6 +16,7 @@ from webhook import __version__, certs
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
 from webhook.registry import flags
+from webhook.server.loop import CHOICES as EVENT_LOOPS
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -72,7 +73,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
     p.add_argument("--eval-deadline", type=float, default=2.0, help="seconds a large object's evaluation may take")
     p.add_argument("--log-format", choices=["json", "text"], default="json")
-    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                    help="auto: uvloop where installed (3-12%% less CPU per request, docs/performance.md), else asyncio")
     p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")

@@ -194,7 +194,7 @@ class NodeFilter:
         for resource, count in self.needs:
             if amounts.get(resource, _ZERO) < count:
                 return False
-        return self.devices is None or self._devices_fit(traits)
+        return self._devices_fit(traits)
 
     def _devices_fit(self, traits: nodegroups.Traits) -> bool:
         published = traits.devices

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 #: asyncio gives every TLS connection a 256 KiB read buffer (SSLProtocol.max_size),
 #: the better part of what an idle connection costs. TLS records hold at most
 #: 16 KiB, so a smaller buffer reads a 3 MiB review in a few more steps and
-#: nothing else changes. Process-wide: set by ``start``, i.e. by the server.
+#: nothing else changes. Process-wide: set by ``start``, i.e. by the server. asyncio's loop
+#: only: uvloop allocates its own buffer per connection but does not touch it while idle.
 TLS_READ_BUFFER = 32 * 1024
 
 #: a TLS close (idle timeout, 408, connection cap, shutdown) sends close_notify and waits this
@@ -191,7 +192,8 @@ class GuardedSite(web.BaseSite):
         self._config = config
         self._app = runner.app
         self.port = config.port
-        #: connections accepted whose TLS handshake is not done (a failed one leaves with its last reference)
+        #: connections accepted whose TLS handshake is not done; a failed one leaves when the garbage
+        #: collector frees it (its parser refers back to it), and the handshake timeout bounds its wait
         self.handshaking: weakref.WeakSet[GuardedHandler] = weakref.WeakSet()
 
     @property

@@ -220,9 +220,9 @@ def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[
 
 
 def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes: _Nodes) -> None:
-    known = [*nodes.capable, *nodes.incapable]
-    if nodes.eligible and known and nodes.capable and not nodes.incapable:
+    if nodes.capable and not nodes.incapable:
         return  # the common case: every node it could land on runs it
+    known = [*nodes.capable, *nodes.incapable]
     top = max(needs, key=lambda n: n.driver)
     where, path = ctx.where(top.ref), _field(ctx, top.ref)
     wants = f"CUDA {top.version} ({top.source}) needs driver >= {top.driver}"
