@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import StartWebhook
-from tests.support import POLICIES, corpus_reviews, load_review
+from tests.support import POLICIES, TAG_MISFITS, corpus_reviews, load_review
 from webhook import cli
 from webhook.errors import PolicyError
 from webhook.policy import loader
@@ -73,8 +73,19 @@ def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as caught:
         loader.load_directory(tmp_path)
     text = str(caught.value)
-    assert "c.yaml: line" in text and "invalid YAML" in text
+    assert "c.yaml: invalid YAML at line 2: " in text
     assert "GPUPolicy 'extra' is already defined in a.yaml document 1" in text
+
+
+@pytest.mark.parametrize("value, error", TAG_MISFITS)
+def test_a_value_its_tag_does_not_fit_is_an_invalid_policy_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, error: str
+) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD.replace("name: extra", f"name: other, generation: {value}"))
+    assert cli.main(["policies", "check", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"b.yaml: invalid YAML: a value that its tag does not fit ({error})\n", f"1 problem(s) in {tmp_path}\n")
 
 
 def test_configmap_layout_is_read_through_links(tmp_path: Path) -> None:

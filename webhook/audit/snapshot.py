@@ -22,6 +22,7 @@ from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
 from webhook.policy.view import SnapshotView
+from webhook.policy import yaml_errors
 
 _KIND_OF = {k.kind: k for k in kinds.KINDS.values()}
 
@@ -68,10 +69,8 @@ def _parse(file: Path) -> list[Any]:
                 raise ManifestError(f"cluster state {file}: invalid JSON: {exc}") from exc
     try:
         return list(yaml.load_all(data, Loader=ManifestLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ManifestError(f"cluster state {file}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}") from exc
+    except yaml_errors.UNREADABLE as exc:
+        raise ManifestError(f"cluster state {file}: {yaml_errors.describe(exc)}") from exc
 
 
 def _flatten(values: Iterable[Any]) -> Iterator[dict[str, Any]]:
