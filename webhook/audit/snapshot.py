@@ -40,7 +40,11 @@ def load(paths: Iterable[Path], complete: Iterable[str] = ()) -> SnapshotView:
             if shape is None:
                 continue  # a kind no policy reads
             seen.add(_KIND_OF[kind].resource)
-            shaped = shape(obj)
+            try:
+                shaped = shape(obj)
+            except (AttributeError, TypeError, KeyError, ValueError) as exc:
+                # the live index slims what kube-apiserver validated; a file may hold anything
+                raise ManifestError(f"cluster state {file}: {_named(obj)}: not a valid {kind} ({type(exc).__name__}: {exc})") from exc
             if shaped is not None:
                 objects.append(shaped)
     return SnapshotView.from_objects(objects, known=seen)
@@ -71,6 +75,12 @@ def _parse(file: Path) -> list[Any]:
         return list(yaml.load_all(data, Loader=ManifestLoader))
     except yaml_errors.UNREADABLE as exc:
         raise ManifestError(f"cluster state {file}: {yaml_errors.describe(exc)}") from exc
+
+
+def _named(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{obj.get('kind')} {name}" if isinstance(name, str) and name else f"a {obj.get('kind')} without a name"
 
 
 def _flatten(values: Iterable[Any]) -> Iterator[dict[str, Any]]:
