@@ -74,11 +74,15 @@ class RuleContext:
         #: (container list, index) → the container as the builder's own (own_container)
         self._containers: dict[tuple[str, int], dict[str, Any]] | None = None
 
-    def copy(self) -> RuleContext:
-        """A context to change without changing this one (a dry run's)."""
+    def dry_run(self) -> RuleContext:
+        """A copy whose rule writes into a scratch builder and records its changes apart, its findings
+        with this one's: a mutation in warn/audit mode reports what it would change and changes nothing."""
         clone = object.__new__(RuleContext)
         for name in RuleContext.__slots__:
             setattr(clone, name, getattr(self, name))
+        clone.builder, clone.sink = PatchBuilder(self.builder.doc), Findings(findings=self.sink.findings)
+        # the spec and the containers owned are the scratch builder's, not this one's
+        clone.spec, clone._containers = clone.builder.owned(self.target.spec_path), None
         return clone
 
     @property

@@ -334,18 +334,15 @@ def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bo
     """A policy's rules where some mutations only report what they would change."""
     for (run, cfg, ctx.step), dry in zip(rules, dry_runs):
         if dry:
-            _dry_run(ctx.copy(), run, cfg)
+            _dry_run(ctx.dry_run(), run, cfg)
         else:
             run(ctx, cfg)
 
 
 def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:
-    """Run a mutation in warn/audit mode: report what it would change, change nothing."""
-    scratch = Findings(findings=ctx.sink.findings)
-    ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
-    ctx.spec, ctx._containers = ctx.builder.owned(ctx.target.spec_path), None
+    """Run a mutation in warn/audit mode on a context's dry-run copy: report what it would change."""
     run(ctx, cfg)
-    for change in dict.fromkeys(c.what for c in scratch.changes):
+    for change in dict.fromkeys(c.what for c in ctx.sink.changes):
         ctx.report(f"{ctx.where()}: would set {change}")
 
 
