@@ -143,3 +143,15 @@ async def test_hot_reload_applies_valid_and_refuses_invalid(start_webhook: Start
 
     (policy_dir / "broken.yaml").unlink()  # fixing the directory brings reloads back
     await wait_for(lambda: store.last_error == "")
+
+
+async def test_hot_reload_refuses_a_value_its_tag_does_not_fit(start_webhook: StartWebhook, policy_dir: Path) -> None:
+    """Refused as any invalid policy (file named, last good set kept), not a reload check that fails each round."""
+    hook = await start_webhook(reload_interval=0.02)
+    store = hook.app[keys.STORE]
+    good = store.current
+    (policy_dir / "broken.yaml").write_text(GOOD.replace("name: extra", "name: broken, generation: !!int abc"))
+    await wait_for(lambda: store.last_error != "")
+    assert store.current is good
+    assert store.last_error == "broken.yaml: invalid YAML: a value that its tag does not fit " \
+                               "(ValueError: invalid literal for int() with base 10: 'abc')"
