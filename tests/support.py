@@ -22,6 +22,12 @@ MANIFESTS = CORPUS / "manifests"
 POLICIES = REPO / "policies"
 K8S_VERSION = "1.34"
 
+#: YAML values that their explicit tag does not fit, and the error PyYAML's safe constructor raises on each
+TAG_MISFITS = [
+    ("!!int abc", "ValueError: invalid literal for int() with base 10: 'abc'"),
+    ("!!bool maybe", "KeyError: 'maybe'"),
+]
+
 #: kinds whose OpenAPI schema kubernetes-validate ships
 BUILTIN_GROUPS = {"v1", "apps/v1", "batch/v1"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import MANIFESTS, POLICIES, REPO
+from tests.support import MANIFESTS, POLICIES, REPO, TAG_MISFITS
 from webhook import cli
 
 CLUSTER = REPO / "examples" / "cluster"
@@ -122,3 +122,30 @@ def test_a_broken_cluster_state_file_is_an_error(tmp_path: Path, capsys: pytest.
     (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, _, err = audit(capsys, "--cluster-state", str(tmp_path / "nodes.yaml"), str(tmp_path / "pod.yaml"))
     assert code == 2 and err.startswith("error: cluster state ") and "invalid YAML" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value, error", TAG_MISFITS)
+def test_a_value_its_tag_does_not_fit_in_a_cluster_state_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, error: str
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(f"apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {{name: n, generation: {value}}}\n")
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
+    code, out, err = audit(capsys, "--cluster-state", str(nodes), str(tmp_path / "pod.yaml"))
+    assert (code, out) == (2, "")
+    assert err == f"error: cluster state {nodes}: invalid YAML: a value that its tag does not fit ({error})\n"
+
+
+@pytest.mark.parametrize("obj, error", [
+    ({"kind": "Node", "metadata": "n1"}, "a Node without a name: not a valid Node (AttributeError: "),
+    ({"kind": "Pod", "metadata": {"name": "p", "namespace": "ml-a"}, "spec": {"containers": "c"}},
+     "Pod p: not a valid Pod (AttributeError: "),
+])  # fmt: skip
+def test_an_object_of_the_wrong_shape_in_a_cluster_state_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], obj: dict[str, object], error: str
+) -> None:
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [obj]}))
+    (tmp_path / "pod.yaml").write_text(CUDA_POD)
+    code, out, err = audit(capsys, "--cluster-state", str(state), str(tmp_path / "pod.yaml"))
+    assert (code, out) == (2, "") and err.startswith(f"error: cluster state {state}: {error}") and err.count("\n") == 1

@@ -61,13 +61,26 @@ def _affinity(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return isinstance(terms, list) and any(_term(t, node) for t in terms)
 
 
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' ToleratesTaint: empty effect or key in the toleration match any."""
+    effect, key = toleration.get("effect"), toleration.get("key")
+    if effect and effect != taint.get("effect"):
+        return False
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
 def _taints(tolerations: Iterable[Any], node: Mapping[str, Any]) -> bool:
     spec = node.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     taints = [t for t in sublist(spec, "taints")
               if isinstance(t, Mapping) and t.get("key") not in scheduling.CONDITION_TAINTS]
     held = [t for t in tolerations if isinstance(t, Mapping)]
-    return all(any(scheduling.tolerates(t, taint) for t in held)
+    return all(any(_tolerates(t, taint) for t in held)
                for taint in taints if taint.get("effect") in ("NoSchedule", "NoExecute"))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import StartWebhook
-from tests.support import POLICIES, corpus_reviews, load_review
+from tests.support import POLICIES, TAG_MISFITS, corpus_reviews, load_review
 from webhook import cli
 from webhook.errors import PolicyError
 from webhook.policy import loader
@@ -73,8 +73,19 @@ def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as caught:
         loader.load_directory(tmp_path)
     text = str(caught.value)
-    assert "c.yaml: line" in text and "invalid YAML" in text
+    assert "c.yaml: invalid YAML at line 2: " in text
     assert "GPUPolicy 'extra' is already defined in a.yaml document 1" in text
+
+
+@pytest.mark.parametrize("value, error", TAG_MISFITS)
+def test_a_value_its_tag_does_not_fit_is_an_invalid_policy_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, error: str
+) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD.replace("name: extra", f"name: other, generation: {value}"))
+    assert cli.main(["policies", "check", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"b.yaml: invalid YAML: a value that its tag does not fit ({error})\n", f"1 problem(s) in {tmp_path}\n")
 
 
 def test_configmap_layout_is_read_through_links(tmp_path: Path) -> None:
@@ -132,3 +143,15 @@ async def test_hot_reload_applies_valid_and_refuses_invalid(start_webhook: Start
 
     (policy_dir / "broken.yaml").unlink()  # fixing the directory brings reloads back
     await wait_for(lambda: store.last_error == "")
+
+
+async def test_hot_reload_refuses_a_value_its_tag_does_not_fit(start_webhook: StartWebhook, policy_dir: Path) -> None:
+    """Refused as any invalid policy (file named, last good set kept), not a reload check that fails each round."""
+    hook = await start_webhook(reload_interval=0.02)
+    store = hook.app[keys.STORE]
+    good = store.current
+    (policy_dir / "broken.yaml").write_text(GOOD.replace("name: extra", "name: broken, generation: !!int abc"))
+    await wait_for(lambda: store.last_error != "")
+    assert store.current is good
+    assert store.last_error == "broken.yaml: invalid YAML: a value that its tag does not fit " \
+                               "(ValueError: invalid literal for int() with base 10: 'abc')"

@@ -25,6 +25,7 @@ import yaml
 
 from webhook.audit.yamlload import ManifestLoader
 from webhook.errors import ManifestError
+from webhook.policy import yaml_errors
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -34,9 +35,6 @@ CLUSTER_PREFIX = "cluster:"
 
 _SEPARATOR = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
 _CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)[ \t]*[^\s#]", re.M)
-#: what a document that cannot be read raises: PyYAML's errors, and the safe constructor's own
-#: on a value that its explicit tag does not fit (!!int abc: ValueError, !!bool maybe: KeyError)
-_UNREADABLE = (yaml.YAMLError, ValueError, KeyError, TypeError)
 
 
 @dataclass(frozen=True)
@@ -156,7 +154,7 @@ def _whole_stream(text: str, chunks: list[Chunk]) -> list[tuple[Chunk, Any]] | N
         values = []
         while loader.check_data():
             values.append(loader.get_data())
-    except _UNREADABLE:
+    except yaml_errors.UNREADABLE:
         return None
     finally:
         loader.dispose()
@@ -185,8 +183,8 @@ def _one_by_one(name: str, relative: str, text: str, chunks: list[Chunk]) -> Ite
     for chunk in chunks:
         try:
             values = list(yaml.load_all(text[chunk.begin : chunk.end], Loader=ManifestLoader))
-        except _UNREADABLE as exc:
-            yield Problem(name, chunk.number, chunk.line, _yaml_error(exc, chunk.first), relative)
+        except yaml_errors.UNREADABLE as exc:
+            yield Problem(name, chunk.number, chunk.line, yaml_errors.describe(exc, chunk.first), relative)
             continue
         for value in values:
             yield from _objects(name, relative, chunk.number, chunk.line, value)
@@ -244,16 +242,6 @@ def _objects(source: str, relative: str, index: int, line: int, value: Any) -> I
                 yield Problem(source, index, line, f"items[{position}] is not a Kubernetes object", relative)
         return
     yield Document(source, index, line, value, None, relative)
-
-
-def _yaml_error(exc: Exception, chunk_line: int) -> str:
-    if not isinstance(exc, yaml.YAMLError):
-        return f"invalid YAML: a value that its tag does not fit ({type(exc).__name__}: {exc})"
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    return f"invalid YAML at line {chunk_line + mark.line}: {problem}"
 
 
 def stream(

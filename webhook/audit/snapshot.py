@@ -22,6 +22,7 @@ from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
 from webhook.policy.view import SnapshotView
+from webhook.policy import yaml_errors
 
 _KIND_OF = {k.kind: k for k in kinds.KINDS.values()}
 
@@ -39,7 +40,11 @@ def load(paths: Iterable[Path], complete: Iterable[str] = ()) -> SnapshotView:
             if shape is None:
                 continue  # a kind no policy reads
             seen.add(_KIND_OF[kind].resource)
-            shaped = shape(obj)
+            try:
+                shaped = shape(obj)
+            except (AttributeError, TypeError, KeyError, ValueError) as exc:
+                # the live index slims what kube-apiserver validated; a file may hold anything
+                raise ManifestError(f"cluster state {file}: {_named(obj)}: not a valid {kind} ({type(exc).__name__}: {exc})") from exc
             if shaped is not None:
                 objects.append(shaped)
     return SnapshotView.from_objects(objects, known=seen)
@@ -68,10 +73,14 @@ def _parse(file: Path) -> list[Any]:
                 raise ManifestError(f"cluster state {file}: invalid JSON: {exc}") from exc
     try:
         return list(yaml.load_all(data, Loader=ManifestLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ManifestError(f"cluster state {file}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}") from exc
+    except yaml_errors.UNREADABLE as exc:
+        raise ManifestError(f"cluster state {file}: {yaml_errors.describe(exc)}") from exc
+
+
+def _named(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{obj.get('kind')} {name}" if isinstance(name, str) and name else f"a {obj.get('kind')} without a name"
 
 
 def _flatten(values: Iterable[Any]) -> Iterator[dict[str, Any]]:

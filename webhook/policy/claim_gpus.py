@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import device_classes, dra, gpu, resource_slices
+from webhook.policy import device_classes, dra, gpu, gpu_products, resource_slices
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.view import ClusterView, Resource
 
@@ -163,8 +163,7 @@ def request_models(
         if product is None and name in asks:
             pinned = {dra.selected(a, "productName") for a in asks[name].alternatives if a.device_class in classes}
             product = pinned.pop() if len(pinned) == 1 else None
-        # GPU Feature Discovery writes the product name with dashes for spaces (nvidia.com/gpu.product)
-        found.append(product.replace(" ", "-") if product else None)
+        found.append(gpu_products.label_value(product) if product else None)
     return found
 
 

@@ -45,8 +45,7 @@ class RuleContext:
 
     __slots__ = (
         "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec",
-        "classes", "slots", "claims", "_device_table", "_device_classes", "_workload_class", "_extended_gpus",
-        "_containers",
+        "classes", "slots", "claims", "_device_classes", "_workload_class", "_extended_gpus", "_containers",
     )
 
     def __init__(
@@ -54,7 +53,7 @@ class RuleContext:
         mode: schema.Mode, target: PodTarget, is_gpu: gpu.ResourceMatcher, ns_labels: Mapping[str, str],
         builder: PatchBuilder, sink: Findings, spec: dict[str, Any] | None = None,
         classes: match.Classifier = _NO_CLASSES, slots: gpu.Slots = _NO_SLOTS, claims: PodClaims | None = None,
-        device_table: Mapping[str, DeviceClassInfo] | None = None,
+        device_classes: Mapping[str, DeviceClassInfo] | None = None,
     ) -> None:
         self.request, self.view, self.phase, self.policy = request, view, phase, policy
         #: the rule running, its mode and its policy's name, set by the engine before each rule
@@ -66,20 +65,24 @@ class RuleContext:
         self.classes, self.slots = classes, slots
         #: the pod spec's DRA claims as resolved through the view (None: it names none)
         self.claims = claims
-        #: the policy set's DRA device classes of GPUs, and the view's as asked (device_classes)
-        self._device_table = device_table
-        self._device_classes: ClusterClasses | None = None
+        #: DRA device classes of GPUs: the policy set's table, until device_classes wraps it in a
+        #: ClusterClasses (the engine passes the one it already made when the pod names claims)
+        self._device_classes = device_classes
         self._workload_class: str | None = None
         #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
         self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
         #: (container list, index) → the container as the builder's own (own_container)
         self._containers: dict[tuple[str, int], dict[str, Any]] | None = None
 
-    def copy(self) -> RuleContext:
-        """A context to change without changing this one (a dry run's)."""
+    def dry_run(self) -> RuleContext:
+        """A copy whose rule writes into a scratch builder and records its changes apart, its findings
+        with this one's: a mutation in warn/audit mode reports what it would change and changes nothing."""
         clone = object.__new__(RuleContext)
         for name in RuleContext.__slots__:
             setattr(clone, name, getattr(self, name))
+        clone.builder, clone.sink = PatchBuilder(self.builder.doc), Findings(findings=self.sink.findings)
+        # the spec and the containers owned are the scratch builder's, not this one's
+        clone.spec, clone._containers = clone.builder.owned(self.target.spec_path), None
         return clone
 
     @property
@@ -91,11 +94,11 @@ class RuleContext:
         return self.step[1]
 
     @property
-    def device_classes(self) -> Mapping[str, DeviceClassInfo]:
+    def device_classes(self) -> ClusterClasses:
         """DRA device classes of GPUs: the policy set's table, and the cluster's classes selecting the same devices."""
         found = self._device_classes
-        if found is None:
-            found = self._device_classes = ClusterClasses(self._device_table or {}, self.view)
+        if type(found) is not ClusterClasses:
+            found = self._device_classes = ClusterClasses(found or {}, self.view)
         return found
 
     @property

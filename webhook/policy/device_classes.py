@@ -32,6 +32,8 @@ from typing import Any
 
 from webhook.policy import mig
 
+#: the DRA driver of NVIDIA's GPUs (its devices' attribute domain), whose devices report ``driverVersion``
+GPU_DRIVER = "gpu.nvidia.com"
 #: placeholder in a resource pattern, filled with the MIG profile a request selects
 PROFILE = "{profile}"
 #: what a MIG request counts as when its selectors name no profile
@@ -44,7 +46,7 @@ class DeviceClassInfo:
 
     name: str
     resource: str  # an extended resource name; ``{profile}`` is filled from the request
-    driver: str = "gpu.nvidia.com"  # the DRA driver publishing its devices (their attribute domain)
+    driver: str = GPU_DRIVER  # the DRA driver publishing its devices (their attribute domain)
     device_type: str = ""  # the driver's ``type`` attribute of its devices; "": every device of the driver
 
     @property

@@ -14,6 +14,7 @@ from typing import Any
 from webhook.policy import claim_gpus, dra, gpu, match, schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
+from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.loader import PolicySet
 from webhook.policy.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
@@ -222,16 +223,22 @@ def _evaluate(
         specs.append(spec)
         slots.append(gpu.gpu_slots(spec, any_gpu))
         with_claims = with_claims or "resourceClaims" in spec
-    claims = _claims(policies, request, specs, slots, view) if with_claims else [None] * len(targets)
-    # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
-    # no container uses them (the pod holds the devices, on their node); a claim the view
-    # cannot resolve may be one: validations look at it
     gpu_pods: list[Any] = slots
-    if with_claims and any(claims):
-        gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
-                    for s, c in zip(slots, claims)]
+    device_classes: Mapping[str, DeviceClassInfo]
+    if with_claims:
+        # the pod's claims and its rules look DRA device classes up through this one ClusterClasses
+        device_classes = claim_gpus.ClusterClasses(policies.device_classes, view)
+        claims = _claims(request, specs, slots, view, device_classes)
+        # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
+        # no container uses them (the pod holds the devices, on their node); a claim the view
+        # cannot resolve may be one: validations look at it
+        if any(claims):
+            gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
+                        for s, c in zip(slots, claims)]
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
         return ALLOW
+    if not with_claims:  # (after the return above: a pod without GPUs does not pay for it)
+        device_classes, claims = policies.device_classes, [None] * len(targets)
     plans = _plans(policies, request.group, request.kind, phase)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
@@ -242,7 +249,7 @@ def _evaluate(
     if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
         ctx = _context(
             policies, request, view, phase, plans.policies[0].policy, targets[0], ns_labels, builder, sink, slots[0],
-            claims[0],
+            claims[0], device_classes,
         )
         for plan in plans.applying(ctx.workload_class if plans.by_class else "", bool(gpu_pods[0])):
             if plan.by_namespace and not match.policy_applies(
@@ -262,7 +269,7 @@ def _evaluate(
                     continue
                 ctx = contexts[index] or _context(
                     policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
-                    claims[index],
+                    claims[index], device_classes,
                 )
                 contexts[index] = ctx
                 if not plan.by_class or plan.takes(ctx.workload_class):
@@ -276,13 +283,13 @@ def _evaluate(
 def _context(
     policies: PolicySet, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, target: PodTarget,
     ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: gpu.Slots,
-    claims: claim_gpus.PodClaims | None,
+    claims: claim_gpus.PodClaims | None, device_classes: Mapping[str, DeviceClassInfo],
 ) -> RuleContext:
     # positional: keyword arguments cost as much again on every admission; the
     # policy, its matcher and the rule are set again before each rule runs
     return RuleContext(
         request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
-        builder.owned(target.spec_path), policies.classifier, slots, claims, policies.device_classes,
+        builder.owned(target.spec_path), policies.classifier, slots, claims, device_classes,
     )
 
 
@@ -298,14 +305,13 @@ def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
 
 
 def _claims(
-    policies: PolicySet, request: Request, specs: list[Mapping[str, Any]], slots: list[gpu.Slots], view: ClusterView
+    request: Request, specs: list[Mapping[str, Any]], slots: list[gpu.Slots], view: ClusterView,
+    classes: claim_gpus.ClusterClasses,
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
     found: list[claim_gpus.PodClaims | None] = [None] * len(specs)
-    classes = None
     for index, spec in enumerate(specs):
         if "resourceClaims" in spec:
-            classes = classes or claim_gpus.ClusterClasses(policies.device_classes, view)
             found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
             if resolved is not None:
                 slots[index] = claim_gpus.container_slots(spec, resolved, slots[index])
@@ -328,18 +334,15 @@ def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bo
     """A policy's rules where some mutations only report what they would change."""
     for (run, cfg, ctx.step), dry in zip(rules, dry_runs):
         if dry:
-            _dry_run(ctx.copy(), run, cfg)
+            _dry_run(ctx.dry_run(), run, cfg)
         else:
             run(ctx, cfg)
 
 
 def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:
-    """Run a mutation in warn/audit mode: report what it would change, change nothing."""
-    scratch = Findings(findings=ctx.sink.findings)
-    ctx.builder, ctx.sink = PatchBuilder(ctx.builder.doc), scratch
-    ctx.spec, ctx._containers = ctx.builder.owned(ctx.target.spec_path), None
+    """Run a mutation in warn/audit mode on a context's dry-run copy: report what it would change."""
     run(ctx, cfg)
-    for change in dict.fromkeys(c.what for c in scratch.changes):
+    for change in dict.fromkeys(c.what for c in ctx.sink.changes):
         ctx.report(f"{ctx.where()}: would set {change}")
 
 

@@ -14,7 +14,7 @@ import pydantic
 import yaml
 
 from webhook.errors import PolicyError
-from webhook.policy import device_classes, schema
+from webhook.policy import device_classes, schema, yaml_errors
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
 from webhook.policy.match import Classifier
@@ -163,10 +163,8 @@ def _parse(text: str, path: Path, problems: list[str]) -> Iterator[_Source]:
         for index, data in enumerate(yaml.safe_load_all(text)):
             if data is not None:
                 yield _Source(path, index, data)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problems.append(f"{path}:{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}")
+    except yaml_errors.UNREADABLE as exc:
+        problems.append(f"{path}: {yaml_errors.describe(exc)}")
 
 
 def _validate(sources: list[_Source], problems: list[str]) -> list[tuple[_Source, Any]]:

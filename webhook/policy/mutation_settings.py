@@ -117,13 +117,15 @@ class SecurityContextRule(RuleBase):
 
     @cached_property
     def unset_pod_defaults(self) -> tuple[tuple[str, Any], ...]:
-        """What the pod's securityContext gets when nothing asks for root and nothing is set (seccomp aside)."""
+        """What the pod's securityContext gets when nothing asks for root and nothing is set (seccomp aside);
+        the rule leaves out of it what a pod's own settings rule out."""
         wanted: dict[str, Any] = {"runAsNonRoot": True}
         if self.runAsUser is not None:
             wanted["runAsUser"] = self.runAsUser
         if self.runAsGroup is not None:
             wanted["runAsGroup"] = self.runAsGroup
         if self.fsGroup is not None:
+            # OnRootMismatch: no recursive chown of every volume at each start
             wanted.update(fsGroup=self.fsGroup, fsGroupChangePolicy="OnRootMismatch")
         return tuple(wanted.items())
 

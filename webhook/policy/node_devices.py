@@ -21,14 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.policy import gpu_products
 from webhook.policy.cuda import DriverVersion
+from webhook.policy.device_classes import GPU_DRIVER
 from webhook.policy.resource_slices import Device, slice_devices
 
 Object = Mapping[str, Any]
-
-#: the DRA driver of NVIDIA's GPUs, whose devices report ``driverVersion``
-GPU_DRIVER = "gpu.nvidia.com"
-
 
 @dataclass(frozen=True, slots=True)
 class NodeDevices:
@@ -63,7 +61,7 @@ def summarize(devices: Iterable[Device]) -> NodeDevices | None:
             driver = version
         product = device.text("productName")
         if product:
-            products.add(product.replace(" ", "-"))
+            products.add(gpu_products.label_value(product))
     # GPUs of several products on one node: none is named (forward compatibility is then not assumed)
     return NodeDevices(counts, driver, products.pop() if len(products) == 1 else "") if counts else None
 

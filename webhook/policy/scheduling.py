@@ -88,20 +88,7 @@ def _term_admits(term: Term, labels: Mapping[str, Any], name: str) -> bool:
     return not fields or all(_holds(f, {"metadata.name": name}) for f in fields)
 
 
-def tolerates(toleration: Object, taint: Object) -> bool:
-    """Kubernetes' ToleratesTaint: empty effect or key in the toleration match any."""
-    effect, key = toleration.get("effect"), toleration.get("key")
-    if effect and effect != taint.get("effect"):
-        return False
-    if key and key != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-#: a toleration, read once: (effect, key, operator, value), defaults applied as tolerates() does
+#: a toleration, read once: (effect, key, operator, value), with Kubernetes' defaults (operator Equal, value "")
 Toleration = tuple[Any, Any, Any, Any]
 
 
@@ -111,7 +98,9 @@ def _toleration(toleration: Object) -> Toleration:
 
 
 def _taints_tolerated(held: list[Toleration], taints: Iterable[Object]) -> bool:
-    """Every taint tolerated by one of ``held`` (tolerates() on tolerations read once: this runs per node group)."""
+    """Every taint tolerated by one of ``held``, as Kubernetes' ToleratesTaint decides: an empty effect or key
+    of the toleration matches any (tolerations read once: this runs per node group; tests/test_node_filter.py
+    holds it to a per-node reference)."""
     for taint in taints:
         taint_effect, taint_key = taint.get("effect"), taint.get("key")
         for effect, key, operator, value in held:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from webhook.policy import gpu_products
 from webhook.policy.cuda import CudaVersion, DriverVersion, strict_index
 from webhook.policy.gpu import ResourceMatcher
 from webhook.policy.model import LabelSelector, Model, ResourceName, RuleBase
@@ -88,7 +89,7 @@ class QuotaRule(ClusterRuleBase):
     """GPU caps per namespace, team, GPU model and priority class, and native ResourceQuotas."""
 
     limits: list[QuotaLimit] = []
-    modelLabel: str = Field(default="nvidia.com/gpu.product", min_length=1, description="the node label naming the model")
+    modelLabel: str = Field(default=gpu_products.PRODUCT_LABEL, min_length=1, description="the node label naming the model")
     resourceQuotas: bool = Field(default=True, description="also deny what a native ResourceQuota would")
     templates: Literal["ignore", "warn"] = Field(
         default="warn", description="warn when a template's replicas × GPUs alone exceed a cap"
@@ -121,7 +122,7 @@ class ForwardCompat(Model):
     nodes: LabelSelector | None = Field(
         default=None, description="nodes with data-center GPUs (default: by their GPU product label)"
     )
-    productLabel: str = Field(default="nvidia.com/gpu.product", min_length=1, description="the node label naming the GPU")
+    productLabel: str = Field(default=gpu_products.PRODUCT_LABEL, min_length=1, description="the node label naming the GPU")
     dataCenterProducts: list[str] = Field(default=[], description="globs of more GPU products to treat as data-center GPUs")
 
 

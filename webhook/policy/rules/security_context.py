@@ -101,17 +101,16 @@ def _pod_defaults(
             every_container_has_seccomp = every_container_has_seccomp and bool(sc.get("seccompProfile"))
         else:
             every_container_has_seccomp = False
-    wanted: dict[str, Any] = {}
-    if not explicit_root and "runAsNonRoot" not in pod_sc:
-        wanted["runAsNonRoot"] = True
-    if cfg.runAsUser is not None and not explicit_root:
-        wanted["runAsUser"] = cfg.runAsUser
-    if cfg.runAsGroup is not None:
-        wanted["runAsGroup"] = cfg.runAsGroup
-    if cfg.fsGroup is not None and pod_sc.get("fsGroup") is None:
-        wanted["fsGroup"] = cfg.fsGroup
-        # avoid a recursive chown of every volume at each start
-        wanted["fsGroupChangePolicy"] = "OnRootMismatch"
+    # the defaults of a pod with nothing set, less what this pod's settings rule out
+    wanted = dict(cfg.unset_pod_defaults)
+    if explicit_root:
+        del wanted["runAsNonRoot"]
+        wanted.pop("runAsUser", None)
+    elif "runAsNonRoot" in pod_sc:
+        del wanted["runAsNonRoot"]
+    if pod_sc.get("fsGroup") is not None:
+        wanted.pop("fsGroup", None)
+        wanted.pop("fsGroupChangePolicy", None)
     if cfg.seccompProfile and not every_container_has_seccomp:
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
     if not pod_sc:  # nothing set yet: one operation writes it whole
