@@ -15,11 +15,20 @@ aiohttp's request handler and drains before it stops:
    a connection accepted before the listener closed whose TLS handshake is
    still under way (common under load: each drained answer sends its client
    to a new connection) is waited for too, up to the handshake timeout.
+
+Neither asyncio's nor uvloop's TLS transport tells the connection's protocol
+that its handshake failed (or that a TCP probe closed before it began): the
+protocol's ``connection_made`` was never called, so its ``connection_lost``
+is not either. The transport drops its reference, and the handler is left
+held only by its own HTTP parser, a cycle the garbage collector frees. The
+stop therefore runs the collector while such connections are pending, rather
+than wait the handshake timeout for connections that are gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import ssl
 import weakref
@@ -51,6 +60,10 @@ SSL_SHUTDOWN_TIMEOUT = 2.0
 #: a connection with no byte received for this long, and no request in
 #: progress, can be closed at shutdown without cutting a request in flight
 QUIET_SECONDS = 0.5
+
+#: at shutdown, while connections mid-handshake are pending, the garbage collector runs this
+#: often to free those whose handshake failed (a full collection; serve has frozen its startup heap)
+COLLECT_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -193,7 +206,7 @@ class GuardedSite(web.BaseSite):
         self._app = runner.app
         self.port = config.port
         #: connections accepted whose TLS handshake is not done; a failed one leaves when the garbage
-        #: collector frees it (its parser refers back to it), and the handshake timeout bounds its wait
+        #: collector frees it (its parser refers back to it): Listener.stop runs the collector
         self.handshaking: weakref.WeakSet[GuardedHandler] = weakref.WeakSet()
 
     @property
@@ -245,7 +258,13 @@ class Listener:
         self.runner.app[keys.DRAINING].set()
         await asyncio.sleep(max(0.0, min(drain, timeout - 1.0)))
         await self.site.stop()
-        while loop.time() < deadline - 0.5 and self._busy(loop.time()):
+        collected = -COLLECT_SECONDS
+        while loop.time() < deadline - 0.5:
+            if self.site.handshaking and loop.time() - collected >= COLLECT_SECONDS:
+                gc.collect()  # frees the handlers of failed handshakes: see the module's docstring
+                collected = loop.time()
+            if not self._busy(loop.time()):
+                break
             await asyncio.sleep(0.05)
         await self.runner.cleanup()
 

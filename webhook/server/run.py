@@ -40,7 +40,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,
-        max_connections=args.max_connections,
+        handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
     )
     asyncio.run(_serve(app, config, tls, args.drain, args.shutdown_timeout))
     return 0
