@@ -62,8 +62,8 @@ def main() -> None:
     parser.add_argument("--header-timeout", type=float, default=5.0)
     parser.add_argument("--event-loop", choices=loop.CHOICES, default="auto", help="as `serve --event-loop`")
     args = parser.parse_args()
-    loop.use(args.event_loop)  # the same loop as `serve`, else the two arms compare event loops
-    asyncio.run(serve(args))
+    # the same loop as `serve`, else the two arms compare event loops
+    loop.run(serve(args), loop.factory(args.event_loop))
 
 
 if __name__ == "__main__":

@@ -87,10 +87,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook import logs
-    from webhook.server import loop, run
+    from webhook.server import run
 
     logs.configure(args.log_level, args.log_format)
-    loop.use(args.event_loop)
     return run.serve(args)
 
 
