@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
 import ssl
 import weakref
 from asyncio import sslproto
@@ -42,6 +43,7 @@ from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from webhook import logs, review
+from webhook.errors import GpuAdmissionError
 from webhook.server import keys
 
 log = logging.getLogger(__name__)
@@ -293,3 +295,22 @@ async def start(app: web.Application, config: ListenerConfig, ssl_context: ssl.S
     site = GuardedSite(runner, config, ssl_context)
     await site.start()
     return Listener(runner, site)
+
+
+async def serve(app: web.Application, config: ListenerConfig, ssl_context: ssl.SSLContext | None, *, drain: float,
+                timeout: float) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then drain and stop within ``timeout`` seconds."""
+    try:
+        running = await start(app, config, ssl_context)
+    except OSError as exc:
+        raise GpuAdmissionError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
+    loop = asyncio.get_running_loop()
+    log.info("serving on https://%s:%d (event loop: %s)", config.host, running.port,
+             "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping: not ready, serving for %g s more, then answering what is in flight (at most %g s in all)", drain, timeout)
+    await running.stop(drain=drain, timeout=timeout)
+    log.info("stopped")
