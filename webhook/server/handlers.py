@@ -35,7 +35,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         objects = _count_objects(body, limits.max_objects)
         parsed = review.parse_review(body)
     except RequestBodyError as exc:
-        metrics.rejected.labels(exc.reason).inc()
+        metrics.reject(exc.reason)
         log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": request.path})
         response = _refuse(exc.status, str(exc), close=True)
         if exc.status == 408:
@@ -57,7 +57,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     else:
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
-        metrics.rejected.labels(outcome.refused).inc()
+        metrics.reject(outcome.refused)
     decision, payload = _answer(parsed, outcome.decision, phase, limits.max_patch_bytes)
     _observe(app, request.path, parsed, decision, outcome.refused)
     metrics.observe_latency(request.path, time.perf_counter() - started)

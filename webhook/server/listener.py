@@ -138,7 +138,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         self.last_activity = loop.time()
         server = self._manager
         if server is not None and len(server.connections) > self._config.max_connections:
-            self._app[keys.METRICS].rejected.labels("connection-cap").inc()
+            self._app[keys.METRICS].reject("connection-cap")
             self.force_close()
             return
         self._app[keys.METRICS].connections.inc()
@@ -189,7 +189,7 @@ class GuardedHandler(web_protocol.RequestHandler):
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self.idle() and self.transport is not None:
-            self._app[keys.METRICS].rejected.labels("header-timeout").inc()
+            self._app[keys.METRICS].reject("header-timeout")
             self._closes.closed()
             # dropped, not closed: a TLS close waits up to SSL_SHUTDOWN_TIMEOUT for the client's
             # close_notify, which a slowloris client never sends, holding the socket and its
