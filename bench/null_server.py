@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -40,18 +39,13 @@ async def allow(request: web.Request) -> web.Response:
                               "response": {"uid": uid, "allowed": True}})
 
 
-async def serve(args: argparse.Namespace) -> None:
-    app = web.Application()
-    app[keys.METRICS] = Metrics()
-    app[keys.DRAINING] = asyncio.Event()
-    app.router.add_post("/validate", allow)
-    tls = ReloadingTLS(Path(args.tls_cert), Path(args.tls_key), None)
-    config = listener.ListenerConfig(host="127.0.0.1", port=args.port, header_timeout=args.header_timeout)
-    running = await listener.start(app, config, tls.context)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await running.stop()
+def app() -> web.Application:
+    """What the listener needs of an app (its metrics, its draining flag), and one route."""
+    null = web.Application()
+    null[keys.METRICS] = Metrics()
+    null[keys.DRAINING] = asyncio.Event()
+    null.router.add_post("/validate", allow)
+    return null
 
 
 def main() -> None:
@@ -62,8 +56,10 @@ def main() -> None:
     parser.add_argument("--header-timeout", type=float, default=5.0)
     parser.add_argument("--event-loop", choices=loop.CHOICES, default="auto", help="as `serve --event-loop`")
     args = parser.parse_args()
-    loop.use(args.event_loop)  # the same loop as `serve`, else the two arms compare event loops
-    asyncio.run(serve(args))
+    tls = ReloadingTLS(Path(args.tls_cert), Path(args.tls_key), None)
+    config = listener.ListenerConfig(host="127.0.0.1", port=args.port, header_timeout=args.header_timeout)
+    # the same loop as `serve`, else the two arms compare event loops
+    loop.run(listener.serve(app(), config, tls.context, drain=0.0, timeout=15.0), loop.factory(args.event_loop))
 
 
 if __name__ == "__main__":

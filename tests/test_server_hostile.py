@@ -5,14 +5,16 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import zlib
 from typing import Any
 
 import pytest
 
 from tests.conftest import Webhook
-from tests.support import corpus_reviews, load_review
+from tests.support import REPO, corpus_reviews, load_review
 from webhook.server.limits import Limits
+from webhook.server.metrics import REJECT_REASONS, Metrics
 
 
 def pod_review() -> dict[str, Any]:
@@ -23,6 +25,23 @@ async def scrape(webhook: Webhook) -> str:
     async with webhook.session.get(webhook.base + "/metrics") as resp:
         assert resp.status == 200
         return await resp.text()
+
+
+def test_refusals_add_up_per_reason_and_a_reason_not_known_is_other() -> None:
+    metrics = Metrics()
+    for _ in range(3):
+        metrics.reject("too-large")
+    metrics.reject("Pod\udc00")  # no known reason: one bounded series, and /metrics still encodes
+    text = metrics.render().decode()
+    assert 'gpu_admission_rejected_requests_total{reason="too-large"} 3.0' in text
+    assert 'gpu_admission_rejected_requests_total{reason="other"} 1.0' in text
+
+
+def test_the_refusal_reasons_documented_are_the_ones_counted() -> None:
+    text = " ".join((REPO / "docs" / "robustness.md").read_text().split())
+    listed = re.search(r"`gpu_admission_rejected_requests_total\{reason\}` counts each refusal: (.*?); `", text)
+    assert listed is not None
+    assert set(re.findall(r"`([a-z-]+)`", listed.group(1))) == REJECT_REASONS
 
 
 async def test_a_lone_surrogate_in_the_kind_leaves_metrics_working(webhook: Webhook) -> None:

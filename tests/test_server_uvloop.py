@@ -30,12 +30,25 @@ async def test_the_loop_is_uvloop() -> None:
     assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
 
 
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
+
+
+def test_serve_s_loop_is_made_by_a_factory_and_the_policy_is_left_alone() -> None:
+    from webhook.server import loop
+
+    policy = asyncio.get_event_loop_policy()
+    assert loop.run(_loop_module(), loop.factory("auto")).startswith("uvloop")
+    assert loop.run(_loop_module(), loop.factory("uvloop")).startswith("uvloop")
+    assert loop.run(_loop_module(), loop.factory("asyncio")).startswith("asyncio")
+    assert asyncio.get_event_loop_policy() is policy
+
+
 def test_auto_falls_back_to_asyncio_when_uvloop_does_not_import(monkeypatch: pytest.MonkeyPatch) -> None:
     from webhook.errors import GpuAdmissionError
     from webhook.server import loop
 
     monkeypatch.setitem(sys.modules, "uvloop", None)  # what a broken or missing install gives: ImportError
-    monkeypatch.setattr(asyncio, "set_event_loop_policy", lambda policy: pytest.fail("no policy without uvloop"))
-    loop.use("auto")
+    assert loop.run(_loop_module(), loop.factory("auto")).startswith("asyncio")
     with pytest.raises(GpuAdmissionError, match="uvloop is not installed"):
-        loop.use("uvloop")
+        loop.factory("uvloop")

@@ -69,6 +69,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--drain", type=float, default=5.0, help="seconds to keep serving after SIGTERM, /readyz 503")
     p.add_argument("--header-timeout", type=float, default=5.0, help="seconds to receive a request's headers")
     p.add_argument("--body-timeout", type=float, default=10.0, help="seconds to receive a request's body")
+    p.add_argument("--handshake-timeout", type=float, default=5.0, help="seconds for a client's TLS handshake")
     p.add_argument("--idle-timeout", type=float, default=60.0, help="seconds before an idle connection is closed")
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
     p.add_argument("--eval-deadline", type=float, default=2.0, help="seconds a large object's evaluation may take")
@@ -86,10 +87,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook import logs
-    from webhook.server import loop, run
+    from webhook.server import run
 
     logs.configure(args.log_level, args.log_format)
-    loop.use(args.event_loop)
     return run.serve(args)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -19,16 +20,18 @@ from webhook.errors import RequestBodyError
 _INFLATED = {"gzip", "x-gzip", "deflate"}
 _READ_CHUNK = 64 * 1024
 
+_Body = TypeVar("_Body", bytes, bytearray)
+
 
 async def read_body(request: web.Request, max_bytes: int, timeout: float) -> bytes:
     """The request body, inflated; RequestBodyError (4xx) when it is unusable or too slow."""
     encoding = _encoding(request)
     if request.content_length is not None and request.content_length > max_bytes:
         raise RequestBodyError(413, "too-large", f"request body of {request.content_length} bytes is over the {max_bytes}-byte limit")
-    if encoding == "identity" and request.content.is_eof():
-        # nearly every review arrives whole with its head: take it as it is, no timer, no chunk loop
-        return _buffered(request, max_bytes)
     try:
+        if encoding == "identity" and request.content.is_eof():
+            # nearly every review arrives whole with its head: take it as it is, no timer, no chunk loop
+            return _within(request.content.read_nowait(), max_bytes)
         async with asyncio.timeout(timeout):
             if encoding in _INFLATED:
                 return await _inflate(request, max_bytes)
@@ -39,11 +42,8 @@ async def read_body(request: web.Request, max_bytes: int, timeout: float) -> byt
         raise RequestBodyError(400, "framing", f"request body is malformed: {exc}") from exc
 
 
-def _buffered(request: web.Request, max_bytes: int) -> bytes:
-    try:
-        body = request.content.read_nowait()
-    except web.RequestPayloadError as exc:
-        raise RequestBodyError(400, "framing", f"request body is malformed: {exc}") from exc
+def _within(body: _Body, max_bytes: int) -> _Body:
+    """``body``; RequestBodyError (413) when it is over ``max_bytes``."""
     if len(body) > max_bytes:
         raise RequestBodyError(413, "too-large", f"request body is over the {max_bytes}-byte limit")
     return body
@@ -65,8 +65,7 @@ async def _read_plain(request: web.Request, max_bytes: int) -> bytes:
     body = bytearray()
     async for chunk in request.content.iter_chunked(_READ_CHUNK):
         body += chunk
-        if len(body) > max_bytes:
-            raise RequestBodyError(413, "too-large", f"request body is over the {max_bytes}-byte limit")
+        _within(body, max_bytes)
     return bytes(body)
 
 

@@ -35,7 +35,7 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
         objects = _count_objects(body, limits.max_objects)
         parsed = review.parse_review(body)
     except RequestBodyError as exc:
-        metrics.rejected.labels(exc.reason).inc()
+        metrics.reject(exc.reason)
         log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": request.path})
         response = _refuse(exc.status, str(exc), close=True)
         if exc.status == 408:
@@ -57,9 +57,8 @@ async def _admit(request: web.Request, phase: Phase) -> web.Response:
     else:
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
-        metrics.rejected.labels(outcome.refused).inc()
-    decision, patch = _bounded(outcome.decision, limits.max_patch_bytes, phase)
-    payload = review.build_response(parsed, decision, mutating=phase == "mutate", patch=patch)
+        metrics.reject(outcome.refused)
+    decision, payload = _answer(parsed, outcome.decision, phase, limits.max_patch_bytes)
     _observe(app, request.path, parsed, decision, outcome.refused)
     metrics.observe_latency(request.path, time.perf_counter() - started)
     return _json(payload)
@@ -88,16 +87,17 @@ def _refuse(status: int, message: str, *, close: bool = False) -> web.Response:
     return response
 
 
-def _bounded(decision: Decision, max_patch_bytes: int, phase: Phase) -> tuple[Decision, str | None]:
-    """Drop a patch past the limit (kube-apiserver would store a megabyte-sized change);
-    the patch kept comes with its encoding, which the response reuses."""
-    if phase != "mutate" or not decision.patch:
-        return decision, None
-    patch = review.encode_patch(decision.patch)
-    if len(patch) <= max_patch_bytes:
-        return decision, patch
-    text = f"gpu-admission did not change this object: its patch of {len(patch)} bytes is over the {max_patch_bytes}-byte limit"
-    return decision._replace(patch=(), warnings=(text,)), None
+def _answer(parsed: review.Review, decision: Decision, phase: Phase, max_patch_bytes: int) -> tuple[Decision, review.ReviewJSON]:
+    """The decision answered and its AdmissionReview. A patch past the limit is dropped (kube-apiserver
+    would store a megabyte-sized change): the object is allowed unchanged, with a warning saying why."""
+    mutating = phase == "mutate"
+    payload = review.build_response(parsed, decision, mutating=mutating)
+    size = len(payload["response"].get("patch", ""))
+    if size <= max_patch_bytes:
+        return decision, payload
+    text = f"gpu-admission did not change this object: its patch of {size} bytes is over the {max_patch_bytes}-byte limit"
+    decision = decision._replace(patch=(), warnings=(text,))
+    return decision, review.build_response(parsed, decision, mutating=mutating)
 
 
 def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision, refused: str) -> None:

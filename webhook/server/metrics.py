@@ -23,6 +23,11 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 OTHER = "other"
 ENDPOINTS = frozenset({"/mutate", "/validate"})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", ""})
+#: why a request or connection was refused before (or instead of) its evaluation (docs/robustness.md)
+REJECT_REASONS = frozenset({
+    "header-timeout", "connection-cap", "body-timeout", "too-large", "too-many-objects", "encoding", "framing",
+    "limit", "deadline",
+})
 
 _Key = TypeVar("_Key", bound=tuple[str, ...])
 
@@ -76,6 +81,7 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str, str], Any] = {}
         self._latency_children: dict[tuple[str], Any] = {}
         self._finding_children: dict[tuple[str, str, str], Any] = {}
+        self._reject_children: dict[tuple[str], Any] = {}
 
     def count_request(self, endpoint: str, kind: str, operation: str, decision: str, known_kinds: frozenset[str]) -> None:
         """Count one answered admission request, its labels bounded to known values."""
@@ -95,6 +101,11 @@ class Metrics:
         """Count rule findings by policy, rule and mode."""
         for finding in findings:
             _child(self._finding_children, self.findings, (finding.policy, finding.rule, finding.mode)).inc()
+
+    def reject(self, reason: str) -> None:
+        """Count one refusal; a reason outside REJECT_REASONS is counted as ``other``."""
+        key = (reason if reason in REJECT_REASONS else OTHER,)
+        _child(self._reject_children, self.rejected, key).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,21 +1,15 @@
-"""``gpu-admission serve``: certificates, cluster view, app, and the TLS listener."""
+"""``gpu-admission serve``: certificates, cluster view, app, and the TLS listener it runs behind."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from aiohttp import web
-
 from webhook import certs, cluster
 from webhook.cluster import ClusterIndex
-from webhook.errors import GpuAdmissionError
-from webhook.policy import view
-from webhook.server import listener
+from webhook.server import listener, loop
 from webhook.registry import flags
 from webhook.cluster.discovery import served_resources
 from webhook.server.app import AppConfig, create_app
@@ -29,6 +23,7 @@ DEV_CERTS = Path("certs")
 
 
 def serve(args: argparse.Namespace) -> int:
+    new_loop = loop.factory(args.event_loop)  # --event-loop uvloop without uvloop fails before any work
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
@@ -40,28 +35,10 @@ def serve(args: argparse.Namespace) -> int:
     )
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,
-        max_connections=args.max_connections,
+        handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
     )
-    asyncio.run(_serve(app, config, tls, args.drain, args.shutdown_timeout))
+    loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
     return 0
-
-
-async def _serve(app: web.Application, config: listener.ListenerConfig, tls: ReloadingTLS, drain: float, timeout: float) -> None:
-    """Serve until SIGTERM or SIGINT, then drain and stop within ``timeout`` seconds."""
-    try:
-        running = await listener.start(app, config, tls.context)
-    except OSError as exc:
-        raise GpuAdmissionError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from exc
-    loop = asyncio.get_running_loop()
-    log.info("serving on https://%s:%d (event loop: %s)", config.host, running.port,
-             "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("stopping: not ready, serving for %g s more, then answering what is in flight (at most %g s in all)", drain, timeout)
-    await running.stop(drain=drain, timeout=timeout)
-    log.info("stopped")
 
 
 def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterIndex] | None:
