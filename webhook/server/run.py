@@ -39,8 +39,8 @@ def serve(args: argparse.Namespace) -> int:
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
     )
     config = listener.ListenerConfig(
-        host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,
-        max_connections=args.max_connections,
+        host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,
+        idle_timeout=args.idle_timeout, max_connections=args.max_connections,
     )
     asyncio.run(_serve(app, config, tls, args.drain, args.shutdown_timeout))
     return 0
