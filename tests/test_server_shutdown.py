@@ -206,3 +206,25 @@ async def test_a_probe_or_a_failed_handshake_before_sigterm_does_not_hold_the_st
         took = time.monotonic() - stopped_at
     assert code == 0
     assert took < DRAIN + handshake / 3, f"the stop waited {took:.1f} s for connections that will never send a request"
+
+
+async def test_serve_parks_a_trickling_head_after_park_after_seconds(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
+    """`serve --park-after` reaches the listener: a head trickling past it is parked (counted in /metrics)."""
+    port = free_port()
+    ctx, base = pki.client_context(), f"https://127.0.0.1:{port}"
+    with serving(pki, policy_dir, port, tmp_path / "server.log", "--park-after", "0.2", "--header-timeout", "1") as proc:
+        await wait_ready(base, ctx, proc)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+        writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+        for n in range(4):
+            await asyncio.sleep(0.1)
+            writer.write(f"X-{n}: y\r\n".encode())
+        try:
+            assert await asyncio.wait_for(reader.read(), 5) == b"", "dropped at the header timeout"
+        except ConnectionResetError:  # (dropped: a reset is as good as a close)
+            pass
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            async with session.get(base + "/metrics") as resp:
+                text = await resp.text()
+    assert "gpu_admission_parked_connections_total 1.0" in text
+    assert 'gpu_admission_rejected_requests_total{reason="header-timeout"} 1.0' in text

@@ -15,7 +15,7 @@ from tests.support import corpus_reviews, load_review
 from webhook.server import keys, listener
 from webhook.server.limits import Limits
 
-GUARDED = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=0.5, max_connections=40)
+GUARDED = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=0.5, trickle=0.2, max_connections=40)
 
 
 def port_of(hook: Webhook) -> int:
@@ -77,7 +77,48 @@ async def test_slow_headers_and_bodies_are_cut_off_while_others_are_served(start
     metrics = hook.app[keys.METRICS]
     assert metrics.rejected.labels("header-timeout")._value.get() == 10
     assert metrics.rejected.labels("body-timeout")._value.get() == 5
+    assert metrics.parked._value.get() == 10, "each trickling head is parked until its deadline"
     assert answered > 0
+
+
+async def test_a_trickling_head_is_read_again_at_its_deadline_and_answered_if_it_was_completed(
+    start_webhook: StartWebhook, pki: Pki
+) -> None:
+    """A head still incomplete after the trickle time is not read until its deadline (a slowloris
+    client then costs no wakeup per record); one the client finished meanwhile is answered then."""
+    config = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=1.5, trickle=0.2)
+    hook = await start_webhook(listen=config)
+    sent = load_review(corpus_reviews()[1])
+    body = json.dumps(sent).encode()
+    reader, writer = await connect(port_of(hook), pki.client_context())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+    for n in range(5):  # a header line every 0.1 s: parked after the 0.2 s
+        await asyncio.sleep(0.1)
+        writer.write(f"X-{n}: y\r\n".encode())
+        await writer.drain()
+    writer.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    answered_after = loop.time() - started
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1])
+    answer = json.loads(await reader.readexactly(length))
+    assert head.startswith(b"HTTP/1.1 200")
+    assert answer["response"]["uid"] == sent["request"]["uid"]
+    # its last bytes came at ~0.5 s; read only at the deadline (1.5 s from the connect)
+    assert answered_after >= config.header_timeout - 0.1, f"answered after {answered_after:.2f} s: not parked"
+    assert hook.app[keys.METRICS].parked._value.get() == 1
+    assert hook.app[keys.METRICS].rejected.labels("header-timeout")._value.get() == 0
+    writer.close()
+
+
+async def test_a_head_sent_whole_is_never_parked(start_webhook: StartWebhook, pki: Pki) -> None:
+    hook = await start_webhook(listen=GUARDED)
+    sent = load_review(corpus_reviews()[1])
+    for _ in range(5):
+        assert (await hook.review("/validate", sent))["response"]["uid"] == sent["request"]["uid"]
+    assert hook.app[keys.METRICS].parked._value.get() == 0
 
 
 async def test_connections_past_the_cap_are_closed_at_once(start_webhook: StartWebhook, pki: Pki) -> None:

@@ -68,6 +68,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--shutdown-timeout", type=float, default=15.0, help="seconds from SIGTERM to exit, drain included")
     p.add_argument("--drain", type=float, default=5.0, help="seconds to keep serving after SIGTERM, /readyz 503")
     p.add_argument("--header-timeout", type=float, default=5.0, help="seconds to receive a request's headers")
+    p.add_argument("--park-after", type=float, default=1.0,
+                   help="seconds a request's headers may trickle in before the connection is not read again "
+                        "until the header timeout (0: never)")
     p.add_argument("--body-timeout", type=float, default=10.0, help="seconds to receive a request's body")
     p.add_argument("--handshake-timeout", type=float, default=5.0, help="seconds for a client's TLS handshake")
     p.add_argument("--idle-timeout", type=float, default=60.0, help="seconds before an idle connection is closed")

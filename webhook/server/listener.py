@@ -59,6 +59,10 @@ TLS_READ_BUFFER = 32 * 1024
 #: long for the client's before dropping the socket (asyncio's and uvloop's default: 30 s)
 SSL_SHUTDOWN_TIMEOUT = 2.0
 
+#: at the deadline a parked connection is read once more, for this long: a head it finished
+#: meanwhile is answered, else the connection is dropped
+PARKED_GRACE = 0.25
+
 #: a connection with no byte received for this long, and no request in
 #: progress, can be closed at shutdown without cutting a request in flight
 QUIET_SECONDS = 0.5
@@ -76,6 +80,11 @@ class ListenerConfig:
     port: int = 8443
     #: from the first byte of a request (or from the handshake) to its last header line
     header_timeout: float = 5.0
+    #: a request head still incomplete this long after its first byte is trickling in (a real
+    #: client sends its head at once; a lost TCP segment is resent well within a second): its
+    #: connection is parked, not read again until the head's deadline, so a slowloris client
+    #: costs a few wakeups instead of one per record (0: never park)
+    trickle: float = 1.0
     #: an idle keep-alive connection is closed after this long (kube-apiserver's
     #: client keeps idle connections for 90 s and opens a new one when needed)
     idle_timeout: float = 60.0
@@ -128,6 +137,10 @@ class GuardedHandler(web_protocol.RequestHandler):
         self._closes = closes
         self._header_timer: asyncio.TimerHandle | None = None
         self.last_activity = self.accepted_at = self._loop.time()
+        #: when the first byte of the request head under way came (None: none yet)
+        self._head_first: float | None = None
+        #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again at its deadline
+        self._parking = 0
         self._counted = False
         # accepted, TLS handshake under way: not in the server's connections until it is made
         self._handshaking = handshaking
@@ -156,12 +169,44 @@ class GuardedHandler(web_protocol.RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self.last_activity = self._loop.time()
+        self.last_activity = now = self._loop.time()
         super().data_received(data)
         if self._messages or self._request_in_progress:
             self._disarm_header_timer()
-        elif self._header_timer is None:
+            return
+        if self._header_timer is None:
             self._arm_header_timer()
+        if self._parking:
+            return
+        first = self._head_first
+        if first is None:  # from the head's first byte, not the connect: a client may connect early
+            self._head_first = now
+        elif 0 < self._config.trickle <= now - first:
+            self._park()
+
+    def _park(self) -> None:
+        """Read no more of a trickling head until its deadline: what it sends waits in the kernel.
+
+        Over TLS, pausing the application's reading alone would not stop the socket's
+        (records would still be read and decrypted one by one): a read buffer limit of
+        zero pauses the socket too, as both event loops' TLS transports document."""
+        transport = self.transport
+        if transport is None:
+            return
+        self._parking = 1
+        self._app[keys.METRICS].parked.inc()
+        transport.pause_reading()
+        if hasattr(transport, "set_read_buffer_limits"):
+            transport.set_read_buffer_limits(high=0)
+
+    def _unpark(self) -> None:
+        transport = self.transport
+        self._parking = 2
+        if transport is None:
+            return
+        if hasattr(transport, "set_read_buffer_limits"):
+            transport.set_read_buffer_limits()
+        transport.resume_reading()
 
     def handle_error(
         self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
@@ -187,9 +232,16 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        self._head_first = None
+        self._parking = 0
 
     def _header_timeout(self) -> None:
         self._header_timer = None
+        if self._parking == 1:
+            # what the client sent while parked is read now; a head it completed is answered
+            self._unpark()
+            self._header_timer = self._loop.call_later(PARKED_GRACE, self._header_timeout)
+            return
         if self.idle() and self.transport is not None:
             self._app[keys.METRICS].reject("header-timeout")
             self._closes.closed()

@@ -75,6 +75,12 @@ class Metrics:
             "Requests refused before evaluation (body too large, bad encoding, timeouts, limits) by reason.",
             ["reason"], registry=r,
         )
+        self.parked = Counter(
+            "gpu_admission_parked_connections",
+            "Connections whose request head trickled in (still incomplete after the listener's trickle time): "
+            "not read again until the head's deadline.",
+            registry=r,
+        )
         self.connections = Gauge("gpu_admission_open_connections", "Client connections open now.", registry=r)
         # label children by label values; request label values are bounded (see count_request),
         # finding ones come from the policy set

@@ -34,8 +34,8 @@ def serve(args: argparse.Namespace) -> int:
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
     )
     config = listener.ListenerConfig(
-        host=args.host, port=args.port, header_timeout=args.header_timeout, idle_timeout=args.idle_timeout,
-        handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
+        host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,
+        idle_timeout=args.idle_timeout, handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
     )
     loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
     return 0
