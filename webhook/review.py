@@ -114,12 +114,8 @@ def _request(req: Mapping[str, Any]) -> Request:
     )
 
 
-def build_response(review: Review, decision: Decision, *, mutating: bool, patch: str | None = None) -> ReviewJSON:
-    """The AdmissionReview answer: uid echoed, patch only when there is one.
-
-    ``patch``: ``decision.patch`` already encoded (``encode_patch``), when the
-    caller has it: a large patch is then encoded once per request, not twice.
-    """
+def build_response(review: Review, decision: Decision, *, mutating: bool) -> ReviewJSON:
+    """The AdmissionReview answer: uid echoed, patch only when there is one."""
     response: ResponseJSON = {"uid": review.uid, "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {
@@ -130,7 +126,7 @@ def build_response(review: Review, decision: Decision, *, mutating: bool, patch:
         }
     elif mutating and decision.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = encode_patch(decision.patch) if patch is None else patch
+        response["patch"] = encode_patch(decision.patch)
     warnings = limit_warnings(decision.warnings)
     if warnings:
         response["warnings"] = warnings
