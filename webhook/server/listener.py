@@ -59,8 +59,8 @@ TLS_READ_BUFFER = 32 * 1024
 #: long for the client's before dropping the socket (asyncio's and uvloop's default: 30 s)
 SSL_SHUTDOWN_TIMEOUT = 2.0
 
-#: at the deadline a parked connection is read once more, for this long: a head it finished
-#: meanwhile is answered, else the connection is dropped
+#: a parked connection is read once more this long before its head's deadline: a head it
+#: finished meanwhile is answered, else the connection is dropped at the deadline
 PARKED_GRACE = 0.25
 
 #: a connection with no byte received for this long, and no request in
@@ -139,6 +139,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         self.last_activity = self.accepted_at = self._loop.time()
         #: when the first byte of the request head under way came (None: none yet)
         self._head_first: float | None = None
+        self._head_deadline = self.accepted_at + config.header_timeout  # (set again when the timer is armed)
         #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again at its deadline
         self._parking = 0
         self._counted = False
@@ -185,7 +186,7 @@ class GuardedHandler(web_protocol.RequestHandler):
             self._park()
 
     def _park(self) -> None:
-        """Read no more of a trickling head until its deadline: what it sends waits in the kernel.
+        """Read no more of a trickling head until just before its deadline: what it sends waits in the kernel.
 
         Over TLS, pausing the application's reading alone would not stop the socket's
         (records would still be read and decrypted one by one): a read buffer limit of
@@ -198,6 +199,9 @@ class GuardedHandler(web_protocol.RequestHandler):
         transport.pause_reading()
         if hasattr(transport, "set_read_buffer_limits"):
             transport.set_read_buffer_limits(high=0)
+        if self._header_timer is not None:  # read again PARKED_GRACE before the deadline
+            self._header_timer.cancel()
+            self._header_timer = self._loop.call_at(self._head_deadline - PARKED_GRACE, self._header_timeout)
 
     def _unpark(self) -> None:
         transport = self.transport
@@ -226,7 +230,8 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def _arm_header_timer(self) -> None:
         loop = asyncio.get_running_loop()
-        self._header_timer = loop.call_later(self._config.header_timeout, self._header_timeout)
+        self._head_deadline = loop.time() + self._config.header_timeout
+        self._header_timer = loop.call_at(self._head_deadline, self._header_timeout)
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -240,7 +245,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self._parking == 1:
             # what the client sent while parked is read now; a head it completed is answered
             self._unpark()
-            self._header_timer = self._loop.call_later(PARKED_GRACE, self._header_timeout)
+            self._header_timer = self._loop.call_at(self._head_deadline, self._header_timeout)
             return
         if self.idle() and self.transport is not None:
             self._app[keys.METRICS].reject("header-timeout")
