@@ -36,6 +36,8 @@ from bench import slowloris  # noqa: E402
 from bench.slowloris import NORMAL, REVIEW, cpu_seconds, p99  # noqa: E402
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 5.0, 10.0
+#: normal p99 held under the slow clients over its unloaded p99, at most (issue #14)
+SLOW_P99_TARGET = 1.25
 
 
 def rss_bytes(pid: int) -> int:
@@ -135,9 +137,14 @@ async def slow_load(targets: list[slowloris.Target], pki: Pki, rounds: int, head
         report(f"{name}: normal p99 held / unloaded (closing / unloaded)",
                f"{result.ratio('held'):.2f}x ({result.ratio('closing'):.2f}x)")
         calm = result.quiet()
-        each = ", ".join(f"{r.p99s['held'] / r.p99s['unloaded']:.2f}x" for r in calm.rounds)
+        own = [r.p99s["held"] / r.p99s["unloaded"] for r in calm.rounds]
+        each = ", ".join(f"{ratio:.2f}x" for ratio in own)
         report(f"{name}: the same in the {len(calm.rounds)} quiet rounds (other work < {slowloris.QUIET_CPU:.0%})",
                f"{calm.ratio('held'):.2f}x ({calm.ratio('closing'):.2f}x); each round held: {each}")
+        if own:  # the figure the target is judged by (docs/robustness.md): each round against its own unloaded p99
+            judged = statistics.median(own)
+            verdict = "met" if judged <= SLOW_P99_TARGET else "NOT met"
+            report(f"{name}: median of the quiet rounds' own held ratios", f"{judged:.2f}x (target <= {SLOW_P99_TARGET}x: {verdict})")
     real = measured[targets[0].name]
     report("server CPU while held (median, with the probes)", f"{statistics.median(r.held_cpu for r in real.rounds):.0%} of a core")
     report("other work on the machine, unloaded or held (median, all arms)",
