@@ -58,6 +58,7 @@ class Webhook:
     session: aiohttp.ClientSession
     tls: ReloadingTLS
     app: Any
+    listener: listener.Listener | None = None
 
     async def post(self, path: str, body: Any, headers: dict[str, str] | None = None, **kw: Any) -> aiohttp.ClientResponse:
         data = body if isinstance(body, (bytes, str)) else __import__("json").dumps(body)
@@ -89,7 +90,7 @@ async def start_webhook(pki: Pki, policy_dir: Path) -> AsyncIterator[StartWebhoo
         running.append(server)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context()))
         sessions.append(session)
-        return Webhook(f"https://127.0.0.1:{server.port}", session, tls, app)
+        return Webhook(f"https://127.0.0.1:{server.port}", session, tls, app, server)
 
     yield start
     for session in sessions:

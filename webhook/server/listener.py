@@ -39,7 +39,7 @@ from typing import Any
 
 from http import HTTPStatus
 
-from aiohttp import web, web_protocol
+from aiohttp import StreamReader, web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from webhook import logs, review
@@ -68,9 +68,10 @@ PARKED_GRACE = 0.25
 QUIET_SECONDS = 0.5
 
 #: at shutdown, while connections mid-handshake are pending, the garbage collector runs this
-#: often to free those whose handshake failed. A full collection: ~0.3 ms once serve has moved its
-#: synced cluster view out of the collector's scans (gc.freeze), ~75 ms without a cluster view
-#: (85,000 objects), a pause of the loop that answers what is in flight
+#: often to free those whose handshake failed: the young generations, then the whole heap if some
+#: remain. A full collection: ~0.3 ms once serve has moved its synced cluster view out of the
+#: collector's scans (gc.freeze), more as later relists add objects, ~75 ms without a cluster
+#: view (85,000 objects), a pause of the loop that answers what is in flight
 COLLECT_SECONDS = 1.0
 
 
@@ -140,8 +141,10 @@ class GuardedHandler(web_protocol.RequestHandler):
         #: when the first byte of the request head under way came (None: none yet)
         self._head_first: float | None = None
         self._head_deadline = self.accepted_at + config.header_timeout  # (set again when the timer is armed)
-        #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again at its deadline
+        #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again before its deadline
         self._parking = 0
+        #: the body of the last request received, until it is read to its end
+        self._body: StreamReader | None = None
         self._counted = False
         # accepted, TLS handshake under way: not in the server's connections until it is made
         self._handshaking = handshaking
@@ -171,10 +174,21 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = now = self._loop.time()
+        body = self._body
+        in_body = body is not None and not body.is_eof()
         super().data_received(data)
-        if self._messages or self._request_in_progress:
+        messages = self._messages
+        if messages:
+            self._body = messages[-1][1]
+        if messages or self._request_in_progress:
             self._disarm_header_timer()
             return
+        if in_body or not data:
+            # (the end of) a body aiohttp reads after an answer that did not read it, its lingering
+            # read bounded by ``lingering``, or no byte at all (aiohttp's resume_reading feeds the
+            # parser b""): no request head under way
+            return
+        self._body = None
         if self._header_timer is None:
             self._arm_header_timer()
         if self._parking:
@@ -210,7 +224,8 @@ class GuardedHandler(web_protocol.RequestHandler):
             return
         if hasattr(transport, "set_read_buffer_limits"):
             transport.set_read_buffer_limits()
-        transport.resume_reading()
+        if not (self._reading_paused or self._buffer_paused):  # (aiohttp's own flow control keeps its pause)
+            transport.resume_reading()
 
     def handle_error(
         self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
@@ -237,6 +252,8 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        if self._parking == 1:  # (a head completed while parked: read on as usual)
+            self._unpark()
         self._head_first = None
         self._parking = 0
 
@@ -322,7 +339,12 @@ class Listener:
         collected = -COLLECT_SECONDS
         while loop.time() < deadline - 0.5:
             if self.site.handshaking and loop.time() - collected >= COLLECT_SECONDS:
-                gc.collect()  # frees the handlers of failed handshakes: see the module's docstring
+                # frees the handlers of failed handshakes (see the module's docstring): they are at
+                # most a handshake timeout old, so the young generations first; the whole heap
+                # (which grows unfrozen with every relist since the first sync) only if some are left
+                gc.collect(1)
+                if self.site.handshaking:
+                    gc.collect()
                 collected = loop.time()
             if not self._busy(loop.time()):
                 break
