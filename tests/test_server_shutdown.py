@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import Pki
 from tests.support import REPO, corpus_reviews, free_port, load_review
+from webhook import cli
 
 DRAIN, TIMEOUT = 1.5, 8.0
 
@@ -228,3 +229,24 @@ async def test_serve_parks_a_trickling_head_after_park_after_seconds(pki: Pki, p
                 text = await resp.text()
     assert "gpu_admission_parked_connections_total 1.0" in text
     assert 'gpu_admission_rejected_requests_total{reason="header-timeout"} 1.0' in text
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--handshake-timeout", "0"), ("--header-timeout", "-1"), ("--park-after", "-0.5"), ("--drain", "nan"),
+    ("--body-timeout", "soon"), ("--idle-timeout", "inf"),
+])
+def test_serve_refuses_a_duration_that_is_none_with_a_usage_error(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before any work: a zero handshake timeout would make the listener raise, a negative
+    --park-after silently mean "never"."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--no-cluster", flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and repr(value) in err and "Traceback" not in err
+
+
+def test_serve_takes_zero_where_zero_means_never() -> None:
+    args = cli._parser().parse_args(["serve", "--park-after", "0", "--drain", "0"])
+    assert (args.park_after, args.drain) == (0.0, 0.0)

@@ -56,6 +56,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seconds(text: str) -> float:
+    """A duration in seconds, 0 or more (argparse answers a usage error, exit 2, otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):  # (NaN fails the first test)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds of 0 or more")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
+
+
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the TLS admission server")
     p.add_argument("--policies", type=Path, default=Path("policies"))
@@ -64,18 +82,18 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443)
-    p.add_argument("--reload-interval", type=float, default=2.0, help="seconds between file checks")
-    p.add_argument("--shutdown-timeout", type=float, default=15.0, help="seconds from SIGTERM to exit, drain included")
-    p.add_argument("--drain", type=float, default=5.0, help="seconds to keep serving after SIGTERM, /readyz 503")
-    p.add_argument("--header-timeout", type=float, default=5.0, help="seconds to receive a request's headers")
-    p.add_argument("--park-after", type=float, default=1.0,
+    p.add_argument("--reload-interval", type=_positive_seconds, default=2.0, help="seconds between file checks")
+    p.add_argument("--shutdown-timeout", type=_positive_seconds, default=15.0, help="seconds from SIGTERM to exit, drain included")
+    p.add_argument("--drain", type=_seconds, default=5.0, help="seconds to keep serving after SIGTERM, /readyz 503")
+    p.add_argument("--header-timeout", type=_positive_seconds, default=5.0, help="seconds to receive a request's headers")
+    p.add_argument("--park-after", type=_seconds, default=1.0,
                    help="seconds a request's headers may trickle in before the connection is not read again "
                         "until the header timeout (0: never)")
-    p.add_argument("--body-timeout", type=float, default=10.0, help="seconds to receive a request's body")
-    p.add_argument("--handshake-timeout", type=float, default=5.0, help="seconds for a client's TLS handshake")
-    p.add_argument("--idle-timeout", type=float, default=60.0, help="seconds before an idle connection is closed")
+    p.add_argument("--body-timeout", type=_positive_seconds, default=10.0, help="seconds to receive a request's body")
+    p.add_argument("--handshake-timeout", type=_positive_seconds, default=5.0, help="seconds for a client's TLS handshake")
+    p.add_argument("--idle-timeout", type=_positive_seconds, default=60.0, help="seconds before an idle connection is closed")
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
-    p.add_argument("--eval-deadline", type=float, default=2.0, help="seconds a large object's evaluation may take")
+    p.add_argument("--eval-deadline", type=_positive_seconds, default=2.0, help="seconds a large object's evaluation may take")
     p.add_argument("--log-format", choices=["json", "text"], default="json")
     p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                    help="auto: uvloop where installed (3-12%% less CPU per request, docs/performance.md), else asyncio")
