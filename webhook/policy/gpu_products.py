@@ -28,6 +28,7 @@ def label_value(name: str) -> str:
     """A GPU's NVML product name (as DRA drivers publish it: "NVIDIA A100-SXM4-80GB") as GFD writes it in its label."""
     return name.replace(" ", "-")
 
+
 #: model tokens of NVIDIA data-center GPUs, as they appear in GFD product names
 DATA_CENTER_MODELS = frozenset({
     "K10", "K20", "K20m", "K20X", "K40", "K40m", "K80", "M4", "M6", "M10", "M40", "M60",

@@ -28,6 +28,7 @@ from webhook.policy.resource_slices import Device, slice_devices
 
 Object = Mapping[str, Any]
 
+
 @dataclass(frozen=True, slots=True)
 class NodeDevices:
     """A node's published devices: how many per (driver, type) and per (driver, ""), and the GPU driver they report."""
