@@ -141,6 +141,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         #: when the first byte of the request head under way came (None: none yet)
         self._head_first: float | None = None
         self._head_deadline = self.accepted_at + config.header_timeout  # (set again when the timer is armed)
+        self._park_timer: asyncio.TimerHandle | None = None
         #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again before its deadline
         self._parking = 0
         #: the body of the last request received, until it is read to its end
@@ -167,6 +168,8 @@ class GuardedHandler(web_protocol.RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
+        if self._park_timer is not None:
+            self._park_timer.cancel()
         if self._counted:
             self._app[keys.METRICS].connections.dec()
             self._counted = False
@@ -191,13 +194,15 @@ class GuardedHandler(web_protocol.RequestHandler):
         self._body = None
         if self._header_timer is None:
             self._arm_header_timer()
-        if self._parking:
+        if self._parking or self._head_first is not None:
             return
-        first = self._head_first
-        if first is None:  # from the head's first byte, not the connect: a client may connect early
-            self._head_first = now
-        elif 0 < self._config.trickle <= now - first:
-            self._park()
+        # the head's first byte (the trickle time runs from it, not from the connect: a client
+        # may connect early); parked at the end of the trickle time if the head is not whole by
+        # then, without waiting for another record to read
+        self._head_first = now
+        trickle = self._config.trickle
+        if 0 < trickle and now + trickle < self._head_deadline - PARKED_GRACE:
+            self._park_timer = self._loop.call_at(now + trickle, self._park)
 
     def _park(self) -> None:
         """Read no more of a trickling head until just before its deadline: what it sends waits in the kernel.
@@ -205,6 +210,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         Over TLS, pausing the application's reading alone would not stop the socket's
         (records would still be read and decrypted one by one): a read buffer limit of
         zero pauses the socket too, as both event loops' TLS transports document."""
+        self._park_timer = None
         transport = self.transport
         if transport is None:
             return
@@ -252,6 +258,9 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        if self._park_timer is not None:
+            self._park_timer.cancel()
+            self._park_timer = None
         if self._parking == 1:  # (a head completed while parked: read on as usual)
             self._unpark()
         self._head_first = None
