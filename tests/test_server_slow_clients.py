@@ -90,10 +90,16 @@ def read_limits(hook: Webhook) -> list[tuple[int, int]]:
     return [t.get_read_buffer_limits() for t in transports]
 
 
-async def read_answer(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, Any]]:
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP response's head and body, as the server sent them."""
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
     length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1])
-    return head, json.loads(await reader.readexactly(length))
+    return head, await reader.readexactly(length)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, Any]]:
+    head, body = await read_response(reader)
+    return head, json.loads(body)
 
 
 def request(path: str, body: bytes) -> bytes:
@@ -149,10 +155,8 @@ async def test_the_rest_of_a_body_read_after_its_answer_is_no_request_head(start
     body = b"x" * 20_000
     writer.write(request("/nowhere", body)[: -len(body)] + body[:1000])
     await writer.drain()
-    head_in = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    head_in, _ = await read_response(reader)
     assert head_in.startswith(b"HTTP/1.1 404")
-    length = int(next(line for line in head_in.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1])
-    await reader.readexactly(length)
     for offset in range(1000, len(body), 1000):  # the rest over ~1.9 s, past the trickle time and the header timeout
         await asyncio.sleep(0.1)
         writer.write(body[offset : offset + 1000])

@@ -138,12 +138,12 @@ class GuardedHandler(web_protocol.RequestHandler):
         self._closes = closes
         self._header_timer: asyncio.TimerHandle | None = None
         self.last_activity = self.accepted_at = self._loop.time()
-        #: when the first byte of the request head under way came (None: none yet)
-        self._head_first: float | None = None
+        #: the request head under way has sent its first byte (its trickle time runs from then)
+        self._head_started = False
         self._head_deadline = self.accepted_at + config.header_timeout  # (set again when the timer is armed)
         self._park_timer: asyncio.TimerHandle | None = None
-        #: the current head's reading: 0 read as it comes, 1 parked (trickling), 2 read again before its deadline
-        self._parking = 0
+        #: the current head is parked: its socket not read until just before its deadline
+        self._parked = False
         #: the body of the last request received, until it is read to its end
         self._body: StreamReader | None = None
         self._counted = False
@@ -194,12 +194,12 @@ class GuardedHandler(web_protocol.RequestHandler):
         self._body = None
         if self._header_timer is None:
             self._arm_header_timer()
-        if self._parking or self._head_first is not None:
+        if self._head_started:
             return
         # the head's first byte (the trickle time runs from it, not from the connect: a client
         # may connect early); parked at the end of the trickle time if the head is not whole by
         # then, without waiting for another record to read
-        self._head_first = now
+        self._head_started = True
         trickle = self._config.trickle
         if 0 < trickle and now + trickle < self._head_deadline - PARKED_GRACE:
             self._park_timer = self._loop.call_at(now + trickle, self._park)
@@ -214,7 +214,7 @@ class GuardedHandler(web_protocol.RequestHandler):
         transport = self.transport
         if transport is None:
             return
-        self._parking = 1
+        self._parked = True
         self._app[keys.METRICS].parked.inc()
         transport.pause_reading()
         if hasattr(transport, "set_read_buffer_limits"):
@@ -225,7 +225,7 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def _unpark(self) -> None:
         transport = self.transport
-        self._parking = 2
+        self._parked = False
         if transport is None:
             return
         if hasattr(transport, "set_read_buffer_limits"):
@@ -261,14 +261,13 @@ class GuardedHandler(web_protocol.RequestHandler):
         if self._park_timer is not None:
             self._park_timer.cancel()
             self._park_timer = None
-        if self._parking == 1:  # (a head completed while parked: read on as usual)
+        if self._parked:  # (a head completed while parked: read on as usual)
             self._unpark()
-        self._head_first = None
-        self._parking = 0
+        self._head_started = False
 
     def _header_timeout(self) -> None:
         self._header_timer = None
-        if self._parking == 1:
+        if self._parked:
             # what the client sent while parked is read now; a head it completed is answered
             self._unpark()
             self._header_timer = self._loop.call_at(self._head_deadline, self._header_timeout)
