@@ -244,3 +244,21 @@ async def test_header_timeout_closes_are_logged_once_a_second_with_their_count(c
         "closed 9 more connections that sent no complete request head in 5 s (in 0.05 s)",
         "closing a connection that sent no complete request head in 5 s",
     ]
+
+
+async def test_a_head_that_stops_arriving_is_parked_at_the_end_of_its_trickle_time(
+    start_webhook: StartWebhook, pki: Pki
+) -> None:
+    """Parked by the clock, not by the next record read: a client that sent half a head and then
+    nothing has its socket paused once the trickle time is over."""
+    config = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=3.0, trickle=0.2)
+    hook = await start_webhook(listen=config)
+    reader, writer = await connect(port_of(hook), pki.client_context())
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    assert read_limits(hook) != [(0, 0)], "not parked before its trickle time"
+    await asyncio.sleep(0.4)
+    assert read_limits(hook) == [(0, 0)], "parked once its trickle time is over, with no other record sent"
+    assert hook.app[keys.METRICS].parked._value.get() == 1
+    writer.close()
