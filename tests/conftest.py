@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,9 +15,20 @@ import pytest
 
 from tests.support import POLICIES
 from webhook import certs
-from webhook.server import listener
+from webhook.server import listener, loop
 from webhook.server.app import AppConfig, create_app
 from webhook.server.tls import ReloadingTLS
+
+
+#: test modules whose tests (and their fixtures) run on uvloop, `serve`'s default loop where
+#: installed; every other async test runs on asyncio's own
+ON_UVLOOP = frozenset({"test_server_uvloop.py"})
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The event loop of each async test, made by the factory `serve` uses (pytest-asyncio's hook)."""
+    name = "uvloop" if item.path.name in ON_UVLOOP else "asyncio"
+    return {name: loop.factory(name)}
 
 
 @dataclass(frozen=True)

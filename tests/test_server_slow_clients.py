@@ -11,7 +11,7 @@ import ssl
 import pytest
 from typing import Any
 
-from tests.conftest import Pki, StartWebhook, Webhook
+from tests.conftest import ON_UVLOOP, Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
 from webhook.server import keys, listener
 from webhook.server.limits import Limits
@@ -57,6 +57,12 @@ async def slow_body(port: int, ctx: ssl.SSLContext) -> bytes:
     writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
     await writer.drain()
     return await closed_by_server(reader, 5)
+
+
+async def test_the_loop_is_the_one_this_module_is_collected_for(request: pytest.FixtureRequest) -> None:
+    """Here asyncio's own; collected again in test_server_uvloop.py, uvloop's (conftest's loop factories)."""
+    expected = "uvloop" if request.node.path.name in ON_UVLOOP else "asyncio"
+    assert type(asyncio.get_running_loop()).__module__.split(".")[0] == expected
 
 
 async def test_slow_headers_and_bodies_are_cut_off_while_others_are_served(start_webhook: StartWebhook, pki: Pki) -> None:
