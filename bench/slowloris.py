@@ -200,6 +200,8 @@ def _trickle(streams: list[tuple[ssl.SSLSocket, float]], slowloris: int) -> tupl
                 try:
                     sock.send(record)
                     writes.append((index, time.monotonic()))
+                except ssl.SSLWantWriteError:  # the server reads nothing and the buffers are full: wait
+                    pass
                 except (ConnectionError, ssl.SSLError):  # dropped by the server (a reset)
                     closed[index] = _close(selector, sock, started)
                 if now - started >= 60:
