@@ -204,7 +204,7 @@ def _trickle(streams: list[tuple[ssl.SSLSocket, float]], slowloris: int) -> tupl
                     pass
                 except (ConnectionError, ssl.SSLError):  # dropped by the server (a reset)
                     closed[index] = _close(selector, sock, started)
-                if now - started >= 60:
+                if closed[index] is None and now - started >= 60:
                     closed[index] = _close(selector, sock, started)
             tick += 1.0
         for key, _ in selector.select(max(0.0, tick - time.monotonic())):
