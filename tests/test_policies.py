@@ -65,6 +65,24 @@ def test_invalid_values_are_refused(tmp_path: Path, change: tuple[str, str], exp
     assert any(expected in p for p in problems), problems
 
 
+@pytest.mark.parametrize("kind", ["Deploymnet", "apps/v1/Deployment", "v1/Pod", "kubeflow.org/PyTorchJobs"])
+def test_a_kind_no_policy_knows_is_refused_not_matched_to_nothing(tmp_path: Path, kind: str) -> None:
+    # a misspelt kind, or Kyverno's group/version/Kind, would leave the policy inert for that kind
+    text = GOOD.replace("spec:\n", f"spec:\n  match: {{kinds: [Pod, {json.dumps(kind)}]}}\n")
+    [problem] = problems_of(tmp_path, text)
+    assert problem.startswith(f"p.yaml: document 1 (GPUPolicy extra): spec.match.kinds[1]: {kind!r} is no kind")
+
+
+def test_every_kind_the_policies_know_is_accepted_in_match(tmp_path: Path) -> None:
+    kinds = ["*", "Pod", "Deployment", "apps/Deployment", "batch/CronJob", "ResourceClaimTemplate",
+             "resource.k8s.io/ResourceClaim", "PyTorchJob", "kubeflow.org/PyTorchJob"]
+    for shipped in POLICIES.glob("workload-kinds.yaml"):
+        (tmp_path / shipped.name).write_text(shipped.read_text())
+    (tmp_path / "p.yaml").write_text(GOOD.replace("spec:\n", f"spec:\n  match: {{kinds: {json.dumps(kinds)}}}\n"))
+    [policy] = loader.load_directory(tmp_path).policies
+    assert policy.spec.match.kinds == kinds
+
+
 def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "sub").mkdir()

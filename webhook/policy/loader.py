@@ -14,7 +14,7 @@ import pydantic
 import yaml
 
 from webhook.errors import PolicyError
-from webhook.policy import device_classes, schema, yaml_errors
+from webhook.policy import device_classes, dra, schema, yaml_errors
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
 from webhook.policy.match import Classifier
@@ -221,8 +221,33 @@ def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> Poli
         for _, d in documents
         if isinstance(d, schema.GPUWorkloadKind)
     ]
+    kinds = kind_index([*BUILTIN_KINDS, *custom])
+    _check_match_kinds(documents, kinds, problems)
     return PolicySet(
         policies=tuple(policies),
         classes=tuple(classes),
-        kinds=kind_index([*BUILTIN_KINDS, *custom]),
+        kinds=kinds,
     )
+
+
+def _check_match_kinds(
+    documents: list[tuple[_Source, Any]], kinds: dict[tuple[str, str], KindPaths], problems: list[str]
+) -> None:
+    """A ``match.kinds`` entry no known kind answers to is refused, not left to match nothing.
+
+    A misspelt kind (``Deploymnet``) or Kyverno's ``group/version/Kind`` form would
+    otherwise switch the policy off for that kind without a word.
+    """
+    known = {*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)}
+    accepted = {"*"} | {kind for _, kind in known} | {f"{group}/{kind}" for group, kind in known if group}
+    for source, doc in documents:
+        if not isinstance(doc, schema.GPUPolicy):
+            continue
+        for i, pattern in enumerate(doc.spec.match.kinds):
+            if pattern not in accepted:
+                problems.append(
+                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): "
+                    f"spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; write Kind or "
+                    "group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and describe "
+                    "a custom resource in a GPUWorkloadKind"
+                )
