@@ -83,6 +83,18 @@ def test_every_kind_the_policies_know_is_accepted_in_match(tmp_path: Path) -> No
     assert policy.spec.match.kinds == kinds
 
 
+def test_a_workload_class_no_class_document_assigns_is_refused(tmp_path: Path) -> None:
+    # a misspelt class in a priority mapping or a match would never fire, silently
+    (tmp_path / "workload-classes.yaml").write_text((POLICIES / "workload-classes.yaml").read_text())
+    text = GOOD.replace("spec:\n", "spec:\n  match: {workloadClasses: [training, trainng]}\n  exclude: {workloadClasses: [notebok]}\n")
+    text += "    priorityClass: {classes: {inference: gpu-inference, batc: gpu-batch}}\n"
+    problems = problems_of(tmp_path, text)
+    fields = [p.partition("(GPUPolicy extra): ")[2].partition(":")[0] for p in problems]
+    assert fields == ["spec.match.workloadClasses[1]", "spec.exclude.workloadClasses[0]",
+                      "spec.rules.priorityClass.classes.batc"], problems
+    assert "no GPUWorkloadClass assigns workload class 'batc' (known: batch, inference, notebook, training)" in problems[2]
+
+
 def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "sub").mkdir()

@@ -223,6 +223,7 @@ def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> Poli
     ]
     kinds = kind_index([*BUILTIN_KINDS, *custom])
     _check_match_kinds(documents, kinds, problems)
+    _check_workload_classes(documents, {c.spec.workloadClass or c.metadata.name for c in classes}, problems)
     return PolicySet(
         policies=tuple(policies),
         classes=tuple(classes),
@@ -250,4 +251,27 @@ def _check_match_kinds(
                     f"spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; write Kind or "
                     "group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and describe "
                     "a custom resource in a GPUWorkloadKind"
+                )
+
+
+def _check_workload_classes(documents: list[tuple[_Source, Any]], known: set[str], problems: list[str]) -> None:
+    """A workload class no GPUWorkloadClass assigns is refused where a policy names it.
+
+    ``priorityClass.classes: {trainng: …}`` or ``match.workloadClasses: [trainng]``
+    would otherwise never fire, and nothing would say why.
+    """
+    for source, doc in documents:
+        if not isinstance(doc, schema.GPUPolicy):
+            continue
+        spec = doc.spec
+        named = [(f"spec.match.workloadClasses[{i}]", c) for i, c in enumerate(spec.match.workloadClasses)]
+        if spec.exclude is not None:
+            named += [(f"spec.exclude.workloadClasses[{i}]", c) for i, c in enumerate(spec.exclude.workloadClasses)]
+        if spec.rules.priorityClass is not None:
+            named += [(f"spec.rules.priorityClass.classes.{c}", c) for c in spec.rules.priorityClass.classes]
+        for where, name in named:
+            if name not in known:
+                problems.append(
+                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): {where}: "
+                    f"no GPUWorkloadClass assigns workload class {name!r} (known: {', '.join(sorted(known)) or 'none'})"
                 )
