@@ -95,6 +95,17 @@ def test_a_workload_class_no_class_document_assigns_is_refused(tmp_path: Path) -
     assert "no GPUWorkloadClass assigns workload class 'batc' (known: batch, inference, notebook, training)" in problems[2]
 
 
+def test_a_missing_directory_is_told_from_a_file(tmp_path: Path) -> None:
+    # a mistyped --policies path (or a ConfigMap not mounted) says so, not "not a directory"
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path / "polices")
+    assert caught.value.problems == [f"{tmp_path / 'polices'}: no such directory"]
+    (tmp_path / "p.yaml").write_text(GOOD)
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path / "p.yaml")
+    assert caught.value.problems == [f"{tmp_path / 'p.yaml'}: not a directory"]
+
+
 def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "sub").mkdir()

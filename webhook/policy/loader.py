@@ -104,7 +104,7 @@ def load_directory(directory: str | os.PathLike[str]) -> PolicySet:
     """Load every policy file under ``directory`` (recursively) or raise PolicyError."""
     root = Path(directory)
     if not root.is_dir():
-        raise PolicyError([f"{root}: not a directory"])
+        raise PolicyError([f"{root}: {'not a directory' if root.exists() else 'no such directory'}"])
     files = list(policy_files(root))
     return load_files(files, base=root)
 
