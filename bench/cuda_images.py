@@ -25,7 +25,7 @@ MANIFESTS = REPO.parent / "shared/corpus/manifests"
 CLUSTER = REPO / "examples/cluster"
 UNKNOWN = "no CUDA version known for its image"
 PLACEHOLDER = "not a valid image reference"
-_IMAGE = re.compile(r"\(image (.*)\)$")
+_IMAGE = re.compile(r"\(image (.*)\); set annotation ")
 
 
 def cuda_findings() -> dict[str, list[str]]:

@@ -65,6 +65,47 @@ def test_invalid_values_are_refused(tmp_path: Path, change: tuple[str, str], exp
     assert any(expected in p for p in problems), problems
 
 
+@pytest.mark.parametrize("kind", ["Deploymnet", "apps/v1/Deployment", "v1/Pod", "kubeflow.org/PyTorchJobs"])
+def test_a_kind_no_policy_knows_is_refused_not_matched_to_nothing(tmp_path: Path, kind: str) -> None:
+    # a misspelt kind, or Kyverno's group/version/Kind, would leave the policy inert for that kind
+    text = GOOD.replace("spec:\n", f"spec:\n  match: {{kinds: [Pod, {json.dumps(kind)}]}}\n")
+    [problem] = problems_of(tmp_path, text)
+    assert problem.startswith(f"p.yaml: document 1 (GPUPolicy extra): spec.match.kinds[1]: {kind!r} is no kind")
+
+
+def test_every_kind_the_policies_know_is_accepted_in_match(tmp_path: Path) -> None:
+    kinds = ["*", "Pod", "Deployment", "apps/Deployment", "batch/CronJob", "ResourceClaimTemplate",
+             "resource.k8s.io/ResourceClaim", "PyTorchJob", "kubeflow.org/PyTorchJob"]
+    for shipped in POLICIES.glob("workload-kinds.yaml"):
+        (tmp_path / shipped.name).write_text(shipped.read_text())
+    (tmp_path / "p.yaml").write_text(GOOD.replace("spec:\n", f"spec:\n  match: {{kinds: {json.dumps(kinds)}}}\n"))
+    [policy] = loader.load_directory(tmp_path).policies
+    assert policy.spec.match.kinds == kinds
+
+
+def test_a_workload_class_no_class_document_assigns_is_refused(tmp_path: Path) -> None:
+    # a misspelt class in a priority mapping or a match would never fire, silently
+    (tmp_path / "workload-classes.yaml").write_text((POLICIES / "workload-classes.yaml").read_text())
+    text = GOOD.replace("spec:\n", "spec:\n  match: {workloadClasses: [training, trainng]}\n  exclude: {workloadClasses: [notebok]}\n")
+    text += "    priorityClass: {classes: {inference: gpu-inference, batc: gpu-batch}}\n"
+    problems = problems_of(tmp_path, text)
+    fields = [p.partition("(GPUPolicy extra): ")[2].partition(":")[0] for p in problems]
+    assert fields == ["spec.match.workloadClasses[1]", "spec.exclude.workloadClasses[0]",
+                      "spec.rules.priorityClass.classes.batc"], problems
+    assert "no GPUWorkloadClass assigns workload class 'batc' (known: batch, inference, notebook, training)" in problems[2]
+
+
+def test_a_missing_directory_is_told_from_a_file(tmp_path: Path) -> None:
+    # a mistyped --policies path (or a ConfigMap not mounted) says so, not "not a directory"
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path / "polices")
+    assert caught.value.problems == [f"{tmp_path / 'polices'}: no such directory"]
+    (tmp_path / "p.yaml").write_text(GOOD)
+    with pytest.raises(PolicyError) as caught:
+        loader.load_directory(tmp_path / "p.yaml")
+    assert caught.value.problems == [f"{tmp_path / 'p.yaml'}: not a directory"]
+
+
 def test_yaml_errors_and_duplicates_are_all_reported(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "sub").mkdir()

@@ -29,3 +29,15 @@ def test_keys_that_are_not_strings_are_encoded_as_their_text() -> None:
 def test_what_json_cannot_hold_is_still_refused() -> None:
     with pytest.raises(TypeError):
         review.encode({"a": object()})
+
+
+def test_a_long_warning_keeps_its_subject_and_what_to_do() -> None:
+    # kube-apiserver keeps 256 characters of a warning; the middle is what can go
+    subject = '[gpu-validations/cudaDriver] Deployment ml/triton spec.template container "triton": '
+    remedy = "use an image built for it or target newer nodes (already so before this update)"
+    long = subject + "CUDA 12.6.0 (NGC 24.08) needs driver >= 560.28.03; " * 4 + remedy
+    [kept] = review.limit_warnings([long, long])
+    assert len(kept) == review.MAX_WARNING_CHARS
+    assert kept.startswith(subject) and kept.endswith(remedy) and "…" in kept
+    short = subject + remedy
+    assert review.limit_warnings([short]) == [short]

@@ -53,6 +53,20 @@ async def test_replays_every_corpus_request(webhook: Webhook, path: Path) -> Non
         assert "patch" not in response, "a pod's spec is immutable on UPDATE"
 
 
+async def test_a_pod_the_mutating_webhook_denies_is_not_said_to_be_mutated(webhook: Webhook) -> None:
+    # the shipped MIG affinity contradicts the pod's nodeSelector: denied, nothing stored, so no "mutated" warning
+    sent = load_review(corpus_reviews()[2])  # a 1-GPU pod
+    spec = sent["request"]["object"]["spec"]
+    spec["nodeSelector"] = {"nvidia.com/mig.capable": "false"}
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    response = check_contract(sent, await webhook.review("/mutate", sent), mutating=True)
+    assert not response["allowed"] and "[gpu-defaults/nodeAffinity]" in response["status"]["message"]
+    assert not any(w.startswith("gpu-admission mutated") for w in response.get("warnings", [])), response
+    del spec["nodeSelector"]
+    allowed = check_contract(sent, await webhook.review("/mutate", sent), mutating=True)
+    assert allowed["allowed"] and allowed["warnings"][0].startswith("gpu-admission mutated: ")
+
+
 async def test_mutate_adds_gpu_toleration_end_to_end(webhook: Webhook) -> None:
     sent = load_review(corpus_reviews()[2])  # a 1-GPU pod
     pod = sent["request"]["object"]

@@ -152,14 +152,25 @@ def limit_warnings(warnings: Any) -> list[str]:
     kept: list[str] = []
     total = 0
     for text in dict.fromkeys(warnings):
-        one = " ".join(str(text).split())
-        if len(one) > MAX_WARNING_CHARS:
-            one = one[: MAX_WARNING_CHARS - 1] + "…"
+        one = _shorten(" ".join(str(text).split()))
         if total + len(one) > MAX_WARNINGS_TOTAL:
             break
         kept.append(one)
         total += len(one)
     return kept
+
+
+def _shorten(one: str) -> str:
+    """A warning over the limit loses its middle, not its end.
+
+    A finding names the object first and says what to do last (and, on an
+    UPDATE, that the object was already so): both must reach the user.
+    """
+    if len(one) <= MAX_WARNING_CHARS:
+        return one
+    head = (MAX_WARNING_CHARS - 1) // 2
+    tail = MAX_WARNING_CHARS - 1 - head
+    return one[:head] + "…" + one[len(one) - tail:]
 
 
 def limit_message(text: str) -> str:

@@ -105,6 +105,23 @@ def test_custom_kinds_the_cluster_does_not_serve_are_named(api: FakeApiServer, k
     assert code == 0 and "note: kubeflow.org/PyTorchJob: not served by this cluster, not audited" in err
 
 
+def test_core_workload_kinds_are_listed_not_called_unserved(api: FakeApiServer, kubeconfig: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    # every cluster serves PodTemplates and ReplicationControllers (core v1): their GPU templates are audited
+    api.add({"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "gpu-team", "labels": {cluster_source.OPT_IN_LABEL: "true"}}})  # fmt: skip
+    deployment = _deployment("legacy", "gpu-team")
+    api.add({"apiVersion": "v1", "kind": "ReplicationController", "metadata": deployment["metadata"],
+             "spec": {"selector": {"app": "legacy"}, "template": deployment["spec"]["template"]}})  # fmt: skip
+    api.add({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "tmpl", "namespace": "gpu-team"},
+             "template": deployment["spec"]["template"]})  # fmt: skip
+    code, out, err = audit(capsys, "-o", "json", "--cluster", "--kubeconfig", str(kubeconfig))
+    assert "PodTemplate" not in err and "ReplicationController" not in err
+    verdicts = {(r["kind"], r["name"]): r["verdict"] for r in json.loads(out)["results"]}
+    assert verdicts == {("ReplicationController", "legacy"): "deny", ("PodTemplate", "tmpl"): "deny"}
+    assert code == 1
+
+
 def test_an_unreachable_or_failing_cluster_is_one_line(api: FakeApiServer, kubeconfig: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     api.fail_next(1, 403, path_contains="/api/v1/nodes")

@@ -42,6 +42,8 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("secrets", "Secret", namespaced=True),
     ResourceType("configmaps", "ConfigMap", namespaced=True),
     # workloads, for the audit CLI's --cluster
+    ResourceType("podtemplates", "PodTemplate", namespaced=True),
+    ResourceType("replicationcontrollers", "ReplicationController", namespaced=True),
     ResourceType("deployments", "Deployment", "apps", namespaced=True),
     ResourceType("statefulsets", "StatefulSet", "apps", namespaced=True),
     ResourceType("daemonsets", "DaemonSet", "apps", namespaced=True),

@@ -26,6 +26,8 @@ TIMEOUT = (5.0, 60.0)  # connect, read (one page)
 #: (group, kind) → (API class, cluster-wide list call) of the built-in workload kinds
 BUILTIN_WORKLOADS: dict[tuple[str, str], tuple[str, str]] = {
     ("", "Pod"): ("CoreV1Api", "list_pod_for_all_namespaces"),
+    ("", "PodTemplate"): ("CoreV1Api", "list_pod_template_for_all_namespaces"),
+    ("", "ReplicationController"): ("CoreV1Api", "list_replication_controller_for_all_namespaces"),
     ("apps", "Deployment"): ("AppsV1Api", "list_deployment_for_all_namespaces"),
     ("apps", "StatefulSet"): ("AppsV1Api", "list_stateful_set_for_all_namespaces"),
     ("apps", "DaemonSet"): ("AppsV1Api", "list_daemon_set_for_all_namespaces"),

@@ -384,13 +384,15 @@ def _summary(changes: list[Change]) -> str:
 
 def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
     findings = tuple(sink.findings)
-    warnings = [f"gpu-admission mutated: {summary}"] if summary else []
+    warnings = []
     allowed = True
     for finding in findings:
         if finding.mode == "warn":
             warnings.append(finding.text())
         elif finding.mode == "enforce":
             allowed = False
+    if summary and allowed:  # a denied object is not stored: saying it was mutated would mislead
+        warnings.insert(0, f"gpu-admission mutated: {summary}")
     # allowed, patch, warnings, findings, changes, patched: Decision(...) without the named
     # tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
     fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)

@@ -14,7 +14,7 @@ import pydantic
 import yaml
 
 from webhook.errors import PolicyError
-from webhook.policy import device_classes, schema, yaml_errors
+from webhook.policy import device_classes, dra, schema, yaml_errors
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
 from webhook.policy.match import Classifier
@@ -104,7 +104,7 @@ def load_directory(directory: str | os.PathLike[str]) -> PolicySet:
     """Load every policy file under ``directory`` (recursively) or raise PolicyError."""
     root = Path(directory)
     if not root.is_dir():
-        raise PolicyError([f"{root}: not a directory"])
+        raise PolicyError([f"{root}: {'not a directory' if root.exists() else 'no such directory'}"])
     files = list(policy_files(root))
     return load_files(files, base=root)
 
@@ -221,8 +221,57 @@ def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> Poli
         for _, d in documents
         if isinstance(d, schema.GPUWorkloadKind)
     ]
+    kinds = kind_index([*BUILTIN_KINDS, *custom])
+    _check_match_kinds(documents, kinds, problems)
+    _check_workload_classes(documents, {c.spec.workloadClass or c.metadata.name for c in classes}, problems)
     return PolicySet(
         policies=tuple(policies),
         classes=tuple(classes),
-        kinds=kind_index([*BUILTIN_KINDS, *custom]),
+        kinds=kinds,
     )
+
+
+def _check_match_kinds(
+    documents: list[tuple[_Source, Any]], kinds: dict[tuple[str, str], KindPaths], problems: list[str]
+) -> None:
+    """A ``match.kinds`` entry no known kind answers to is refused, not left to match nothing.
+
+    A misspelt kind (``Deploymnet``) or Kyverno's ``group/version/Kind`` form would
+    otherwise switch the policy off for that kind without a word.
+    """
+    known = {*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)}
+    accepted = {"*"} | {kind for _, kind in known} | {f"{group}/{kind}" for group, kind in known if group}
+    for source, doc in documents:
+        if not isinstance(doc, schema.GPUPolicy):
+            continue
+        for i, pattern in enumerate(doc.spec.match.kinds):
+            if pattern not in accepted:
+                problems.append(
+                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): "
+                    f"spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; write Kind or "
+                    "group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and describe "
+                    "a custom resource in a GPUWorkloadKind"
+                )
+
+
+def _check_workload_classes(documents: list[tuple[_Source, Any]], known: set[str], problems: list[str]) -> None:
+    """A workload class no GPUWorkloadClass assigns is refused where a policy names it.
+
+    ``priorityClass.classes: {trainng: …}`` or ``match.workloadClasses: [trainng]``
+    would otherwise never fire, and nothing would say why.
+    """
+    for source, doc in documents:
+        if not isinstance(doc, schema.GPUPolicy):
+            continue
+        spec = doc.spec
+        named = [(f"spec.match.workloadClasses[{i}]", c) for i, c in enumerate(spec.match.workloadClasses)]
+        if spec.exclude is not None:
+            named += [(f"spec.exclude.workloadClasses[{i}]", c) for i, c in enumerate(spec.exclude.workloadClasses)]
+        if spec.rules.priorityClass is not None:
+            named += [(f"spec.rules.priorityClass.classes.{c}", c) for c in spec.rules.priorityClass.classes]
+        for where, name in named:
+            if name not in known:
+                problems.append(
+                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): {where}: "
+                    f"no GPUWorkloadClass assigns workload class {name!r} (known: {', '.join(sorted(known)) or 'none'})"
+                )

@@ -127,8 +127,11 @@ def _need(
             hit = memo[image] = (config, _infer(cfg, ref.name, image, {}, rules, config))
         found, driver, branches = hit[1]
     if isinstance(found, str):
-        # the image goes last: kube-apiserver cuts warnings at 256 characters
-        return f"{found}; set annotation {images.ANNOTATION}[.{ref.name}] (image {image or 'none'})"
+        # what to do goes last and the image before it: a warning over 256 characters loses
+        # its middle, so a long image (a digest) is what gets cut, not the remedy
+        meta = ctx.target.meta_path
+        where = f" in {'.'.join(map(str, meta))}.annotations" if meta is not None else ""
+        return f"{found} (image {image or 'none'}); set annotation {images.ANNOTATION}[.{ref.name}]{where}"
     if found.version is None:
         return ""  # no CUDA in the image: no driver is too old for it
     if driver is None:

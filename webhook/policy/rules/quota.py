@@ -25,6 +25,8 @@ from webhook.policy.usage import UsageKey
 from webhook.policy.view import Resource
 
 PHASES = ("validate",)
+#: every finding ends with what to do; a data scientist can do one of these two
+WHAT_TO_DO = " (stop GPU pods you no longer need, or ask for a larger cap)"
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         ask = _amount(counted, me.gpus)
         if used + ask > cap.max:
             ctx.report(f"{ctx.where()}: {_subject(cap, group)} uses {_n(used)} of {cap.max} {cap.resource}"
-                       f"{_qualifier(cap)}; this pod asks for {_n(ask)}", pointer(ctx.spec_path("containers")))
+                       f"{_qualifier(cap)}; this pod asks for {_n(ask)}{WHAT_TO_DO}", pointer(ctx.spec_path("containers")))
 
 
 def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMatcher,
@@ -170,7 +172,7 @@ def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, 
     for breach in resourcequota.breaches(ctx.view.resource_quotas(ctx.request.namespace), ctx.spec, asks,
                                          lambda name: ctx.is_gpu(name) or name.endswith(claim_gpus.QUOTA_SUFFIX)):
         ctx.report(f"{ctx.where()}: namespace {ctx.request.namespace} uses {_n(breach.used)} of {_n(breach.hard)} "
-                   f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {_n(breach.ask)}",
+                   f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {_n(breach.ask)}{WHAT_TO_DO}",
                    pointer(ctx.spec_path("containers")))
 
 

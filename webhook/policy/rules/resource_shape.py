@@ -110,7 +110,7 @@ def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: st
     allowed = ", ".join(schemes.allowed) or "none"
     severity.report(ctx, schemes.otherwise,
                     f"{where}: {name} asks for a GPU share through a scheme this cluster does not run "
-                    f"(allowed: {allowed})", path)
+                    f"(allowed: {allowed}), so the pod would stay Pending: ask for whole GPUs or a MIG device", path)
 
 
 def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[gpu.ContainerRef]) -> None:
@@ -120,7 +120,8 @@ def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[gpu.Co
     names = ", ".join(r.label() for r in holders)
     severity.report(ctx, cfg.initOnly,
                     f"{ctx.where()}: only init containers request GPUs ({names}); the pod holds them "
-                    "while its app containers run without any", _pointer(ctx, "initContainers"))
+                    "while its app containers run without any: request GPUs in the app containers that use them",
+                    _pointer(ctx, "initContainers"))
 
 
 def _check_max(ctx: RuleContext, cfg: ResourceShapeRule, counts: Mapping[str, Decimal]) -> None:
