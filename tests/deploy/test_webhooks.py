@@ -10,6 +10,7 @@ import yaml
 
 import deploy_tree
 from deploy_tree import NAMESPACE
+from webhook.policy.workload import BUILTIN_KINDS
 
 BASE = deploy_tree.base()
 MUTATING = deploy_tree.one("MutatingWebhookConfiguration", docs=BASE)
@@ -24,7 +25,7 @@ NEVER = {"kube-system", "kube-public", "kube-node-lease", NAMESPACE}
 
 #: (group, resource) the shipped policies cover, and the versions to match.
 COVERED: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"v1"},
+    **{("", r): {"v1"} for r in ("pods", "replicationcontrollers", "podtemplates")},
     **{("apps", r): {"v1"} for r in ("deployments", "statefulsets", "daemonsets", "replicasets")},
     **{("batch", r): {"v1"} for r in ("jobs", "cronjobs")},
     **{("kubeflow.org", r): {"*"} for r in
@@ -39,9 +40,11 @@ CLAIMS: dict[tuple[str, str], set[str]] = {("resource.k8s.io", r): {"*"} for r i
 
 
 def test_every_shipped_workload_kind_reaches_both_webhooks() -> None:
-    """A kind policies/workload-kinds.yaml describes is useless unless the API server sends it."""
+    """A kind the policies know (built in, or described in policies/workload-kinds.yaml) is
+    useless unless the API server sends it."""
     kinds = [d["spec"] for d in yaml.safe_load_all((REPO_ROOT / "policies/workload-kinds.yaml").read_text()) if d]
     wanted = {(k["group"], k["kind"].lower() + "s") for k in kinds}
+    wanted |= {(k.group, k.kind.lower() + "s") for k in BUILTIN_KINDS}
     assert wanted <= set(COVERED), wanted - set(COVERED)
 
 

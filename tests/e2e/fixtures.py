@@ -63,6 +63,19 @@ def deployment(name: str, namespace: str, *containers: Object) -> Object:
     }
 
 
+def replication_controller(name: str, namespace: str, *containers: Object) -> Object:
+    template = template_of(pod(name, namespace, *containers))
+    return {
+        "apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": 1, "selector": {"app": name}, "template": template},
+    }
+
+
+def pod_template(name: str, namespace: str, *containers: Object) -> Object:
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name, "namespace": namespace},
+            "template": template_of(pod(name, namespace, *containers))}
+
+
 def job(name: str, namespace: str, *containers: Object) -> Object:
     template = template_of(pod(name, namespace, *containers))
     template["spec"]["restartPolicy"] = "Never"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.fixtures import cronjob, deployment, gpu_container, job, pod
+from tests.e2e.fixtures import cronjob, deployment, gpu_container, job, pod, pod_template, replication_controller
 from tests.e2e.kube import Kube, Object, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -25,6 +25,8 @@ BUILDERS: dict[str, Callable[[str, str, Object], Object]] = {
     "Deployment": deployment,
     "Job": job,
     "CronJob": cronjob,
+    "ReplicationController": replication_controller,
+    "PodTemplate": pod_template,
 }
 
 #: what kube-apiserver itself refuses in pods and in the templates of its own workload kinds,
