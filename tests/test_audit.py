@@ -101,8 +101,8 @@ def test_complete_marks_an_empty_listing_as_known(tmp_path: Path, capsys: pytest
     policies = str(quota_policies(tmp_path, "[{max: 8}]"))
     cli.main(["audit", "--policies", policies, "--cluster-state", str(tmp_path / "empty.yaml"), str(tmp_path / "pod.yaml")])
     out = capsys.readouterr().out
-    assert "no pods in the cluster snapshot (GPU quota not checked)" in out
-    assert "no resourcequotas in the cluster snapshot (ResourceQuota not checked)" in out
+    assert "no pods in the cluster snapshot (--complete pods if the cluster has none) (GPU quota not checked)" in out
+    assert "no resourcequotas in the cluster snapshot (--complete resourcequotas if the cluster has none)" in out
     cli.main(["audit", "--policies", policies, "--cluster-state", str(tmp_path / "empty.yaml"),
               "--complete", "pods", "--complete", "resourcequotas", str(tmp_path / "pod.yaml")])
     out = capsys.readouterr().out

@@ -147,6 +147,14 @@ def test_policies_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "bad.yaml: document 1 (GPUPolicy extra): spec.rules.tolerations.tolerations[0].operator" in out
 
 
+def test_policies_check_refuses_a_directory_without_a_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong path inside the ConfigMap, or an empty one, would have the server enforce nothing: not OK."""
+    (tmp_path / "classes.yaml").write_text((POLICIES / "workload-classes.yaml").read_text())
+    assert cli.main(["policies", "check", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"{tmp_path}: no GPUPolicy found: the server would enforce nothing\n", f"1 problem(s) in {tmp_path}\n")
+
+
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     for _ in range(int(timeout / 0.02)):
         if predicate():

@@ -193,6 +193,10 @@ def _policies_check(args: argparse.Namespace) -> int:
             print(problem)
         print(f"{len(exc.problems)} problem(s) in {args.directory}", file=sys.stderr)
         return EXIT_USAGE
+    if not policy_set.policies:  # a wrong path or an empty ConfigMap: nothing would be enforced
+        print(f"{args.directory}: no GPUPolicy found: the server would enforce nothing")
+        print(f"1 problem(s) in {args.directory}", file=sys.stderr)
+        return EXIT_USAGE
     print(
         f"{args.directory}: {len(policy_set.policies)} policies, {len(policy_set.classes)} workload classes, "
         f"{len(policy_set.kinds)} workload kinds: OK"

@@ -21,7 +21,7 @@ from webhook.audit.inputs import MANIFEST_SUFFIXES
 from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
-from webhook.policy.view import SnapshotView
+from webhook.policy.view import NOT_IN_SNAPSHOT, SnapshotView
 from webhook.policy import yaml_errors
 
 _KIND_OF = {k.kind: k for k in kinds.KINDS.values()}
@@ -47,7 +47,10 @@ def load(paths: Iterable[Path], complete: Iterable[str] = ()) -> SnapshotView:
                 raise ManifestError(f"cluster state {file}: {_named(obj)}: not a valid {kind} ({type(exc).__name__}: {exc})") from exc
             if shaped is not None:
                 objects.append(shaped)
-    return SnapshotView.from_objects(objects, known=seen)
+    # a resource the files do not list may be one the cluster has none of: say how to declare that
+    return SnapshotView.from_objects(
+        objects, known=seen, unknown_reason=NOT_IN_SNAPSHOT + " (--complete {resource} if the cluster has none)"
+    )
 
 
 def _files(paths: Iterable[Path]) -> Iterator[Path]:

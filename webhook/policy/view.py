@@ -115,6 +115,10 @@ class ClusterView(Protocol):
         """The device of a ResourceSlice by the names a claim's allocation gives, or None."""
 
 
+#: a SnapshotView's reason a resource is unknown ({resource} filled in)
+NOT_IN_SNAPSHOT = "no {resource} in the cluster snapshot"
+
+
 @dataclass(frozen=True)
 class SnapshotView(AggregateAnswers):
     """A view over a fixed set of objects: for the audit CLI and for tests.
@@ -126,12 +130,14 @@ class SnapshotView(AggregateAnswers):
     objects_by_kind: Mapping[str, tuple[Object, ...]] = field(default_factory=dict)
     known: frozenset[str] = frozenset()
     #: why a resource is unknown, for messages; {resource} is filled in
-    unknown_reason: str = "no {resource} in the cluster snapshot"
+    unknown_reason: str = NOT_IN_SNAPSHOT
     #: image reference → its config, as a registry resolver read it
     image_configs: Mapping[str, ImageConfig] = field(default_factory=dict)
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Object], *, known: Iterable[str] = ()) -> SnapshotView:
+    def from_objects(
+        cls, objects: Iterable[Object], *, known: Iterable[str] = (), unknown_reason: str = NOT_IN_SNAPSHOT
+    ) -> SnapshotView:
         """Group plain objects by kind; ``List`` objects are flattened.
 
         Every resource whose kind appears among the objects counts as known,
@@ -144,6 +150,7 @@ class SnapshotView(AggregateAnswers):
         return cls(
             objects_by_kind={k: tuple(v) for k, v in grouped.items()},
             known=frozenset(present) | frozenset(known),
+            unknown_reason=unknown_reason,
         )
 
     @cached_property
