@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import Pki, Webhook
+from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
-from webhook import logs
+from webhook import logs, review
 
 
 def render(record: logging.LogRecord) -> dict[str, object]:
@@ -61,3 +62,42 @@ async def test_malformed_http_is_one_short_line_without_traceback(webhook: Webho
     for record in server:
         assert record.levelno <= logging.INFO and record.exc_info is None
         assert record.getMessage().startswith("malformed HTTP request from") and len(record.getMessage()) < 300
+
+
+async def test_an_audit_finding_is_logged_at_info_and_answered_with_an_audit_annotation(
+    start_webhook: StartWebhook, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # an operator trying a rule in audit mode before enforcing it must see which objects it would refuse
+    policies = tmp_path / "audit-policies"
+    policies.mkdir()
+    (policies / "shape.yaml").write_text(
+        "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: shape-audit}\n"
+        "spec: {match: {kinds: ['*']}, rules: {resourceShape: {mode: audit}}}\n"
+    )
+    hook = await start_webhook(policies)
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    container = sent["request"]["object"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"nvidia.com/gpu": "0.5"}}
+    container["env"] = [{"name": "TOKEN", "value": "s3cr3t-value"}]
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        response = (await hook.review("/validate", sent))["response"]
+    assert response["allowed"] and "warnings" not in response
+    (finding,) = json.loads(response["auditAnnotations"][review.AUDIT_ANNOTATION])
+    assert finding.startswith("[shape-audit/resourceShape] ")
+    (record,) = [r for r in caplog.records if r.name == "webhook.server.handlers"]
+    entry = render(record)
+    req = sent["request"]
+    assert entry["level"] == "info" and entry["verdict"] == "audit" and entry["rules"] == ["shape-audit/resourceShape"]
+    assert entry["uid"] == req["uid"] and entry["kind"] == "Pod" and entry["endpoint"] == "/validate"
+    assert entry["namespace"] == req["namespace"] and entry["object"] == req["name"]
+    assert finding in str(entry["msg"]) and "s3cr3t-value" not in json.dumps(entry)
+
+
+async def test_an_admission_without_findings_gets_no_audit_annotation_nor_info_line(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        response = (await webhook.review("/validate", sent))["response"]
+    assert response["allowed"] and "auditAnnotations" not in response
+    assert not [r for r in caplog.records if r.name == "webhook.server.handlers"]

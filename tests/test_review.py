@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
 from webhook import review
+from webhook.policy.decision import Decision, Finding
+from webhook.policy.schema import Mode
 
 
 def test_a_patch_is_the_base64_of_its_json() -> None:
@@ -41,3 +44,53 @@ def test_a_long_warning_keeps_its_subject_and_what_to_do() -> None:
     assert kept.startswith(subject) and kept.endswith(remedy) and "…" in kept
     short = subject + remedy
     assert review.limit_warnings([short]) == [short]
+
+
+#: kube-apiserver's IsQualifiedName, which the key "<webhook name>/<key>" must pass to be kept
+QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _review() -> review.Review:
+    return review.parse_review(json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+                    "namespace": "ml", "name": "train", "object": {"kind": "Pod"}},
+    }))
+
+
+def _finding(mode: Mode, message: str, rule: str = "quota") -> Finding:
+    return Finding("caps", rule, mode, message)
+
+
+def test_audit_findings_go_to_the_audit_log_under_a_key_kube_apiserver_keeps() -> None:
+    decision = Decision(findings=(
+        _finding("audit", "pod ml/train requests 2 GPUs over the cap of 1"),
+        _finding("warn", "a warned finding", rule="resourceShape"),
+        _finding("audit", "pod ml/train would set runtimeClassName", rule="runtimeClass"),
+    ), warnings=("[caps/resourceShape] a warned finding",))
+    response = review.build_response(_review(), decision, mutating=False)["response"]
+    (key, value), = response["auditAnnotations"].items()
+    for webhook_name in ("validate.gpu-admission.io", "mutate.gpu-admission.io"):
+        prefix, name = f"{webhook_name}/{key}".split("/")
+        assert DNS_SUBDOMAIN.fullmatch(prefix) and QUALIFIED_NAME.fullmatch(name) and len(name) <= 63
+    assert json.loads(value) == [
+        "[caps/quota] pod ml/train requests 2 GPUs over the cap of 1",
+        "[caps/runtimeClass] pod ml/train would set runtimeClassName",
+    ]
+    assert response["allowed"] and response["warnings"] == ["[caps/resourceShape] a warned finding"]
+
+
+def test_the_audit_annotation_is_bounded_like_the_warnings() -> None:
+    many = tuple(_finding("audit", f"finding {i}: " + "x" * 1000, rule=f"r{i}") for i in range(50))
+    value = review.build_response(_review(), Decision(findings=many), mutating=True)["response"]["auditAnnotations"]
+    kept = json.loads(value[review.AUDIT_ANNOTATION])
+    assert 0 < len(kept) < 50 and all(len(k) <= review.MAX_WARNING_CHARS for k in kept)
+    assert sum(map(len, kept)) <= review.MAX_WARNINGS_TOTAL
+    assert kept[0].startswith("[caps/r0] finding 0:")
+
+
+@pytest.mark.parametrize("findings", [(), (_finding("warn", "warned"),), (_finding("enforce", "denied"),)])
+def test_no_audit_annotation_without_audit_findings(findings: tuple[Finding, ...]) -> None:
+    decision = Decision(allowed=not any(f.mode == "enforce" for f in findings), findings=findings)
+    assert "auditAnnotations" not in review.build_response(_review(), decision, mutating=False)["response"]

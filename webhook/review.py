@@ -24,6 +24,10 @@ MAX_WARNING_CHARS = 256
 MAX_WARNINGS_TOTAL = 4096
 #: a denial lists every violation; past this many characters the rest is counted, not listed
 MAX_MESSAGE_CHARS = 8192
+#: the audit annotation naming what audit-mode rules found. kube-apiserver stores it in the
+#: request's audit event as "<webhook name>/audit-findings" and drops (with a warning in its own
+#: log) any key that is not then a qualified name: one "/", a name part of at most 63 characters
+AUDIT_ANNOTATION = "audit-findings"
 
 
 class StatusJSON(TypedDict, total=False):
@@ -39,6 +43,7 @@ class ResponseJSON(TypedDict, total=False):
     patchType: str
     patch: str
     warnings: list[str]
+    auditAnnotations: dict[str, str]
     status: StatusJSON
 
 
@@ -130,7 +135,20 @@ def build_response(review: Review, decision: Decision, *, mutating: bool) -> Rev
     warnings = limit_warnings(decision.warnings)
     if warnings:
         response["warnings"] = warnings
+    if decision.findings:  # most admissions find nothing: no work for them
+        audited = audit_findings(decision)
+        if audited:
+            response["auditAnnotations"] = {AUDIT_ANNOTATION: orjson.dumps(audited).decode()}
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
+
+
+def audit_findings(decision: Decision) -> list[str]:
+    """What the audit-mode rules found, "[policy/rule] message", within the warnings' limits.
+
+    A JSON list in one annotation: the audit event keeps it as one string an operator
+    greps for the rule, or reads with jq's ``fromjson``.
+    """
+    return limit_warnings(f.text() for f in decision.findings if f.mode == "audit")
 
 
 def encode_patch(ops: Any) -> str:

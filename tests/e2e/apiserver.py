@@ -15,6 +15,7 @@ crashed test run leaves nothing behind.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -154,6 +156,7 @@ class ApiServer:
             f"--service-account-key-file={self.folder / 'sa.pub'}",
             f"--service-account-signing-key-file={self.folder / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
+            f"--audit-policy-file={self._write_audit_policy()}", f"--audit-log-path={self.audit_log}",
             *self._version_flags(),
         ], self.folder / "kube-apiserver.log"))
         self._wait_ready(timeout)
@@ -167,6 +170,27 @@ class ApiServer:
         group = "v1beta1" if (major, minor) >= (1, 34) else "v1alpha1"
         return ["--feature-gates=MutatingAdmissionPolicy=true",
                 f"--runtime-config=admissionregistration.k8s.io/{group}=true"]
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log: one JSON event per line."""
+        return self.folder / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        if not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+
+    def _write_audit_policy(self) -> Path:
+        # pod creations only, at Metadata (where admission webhooks' audit annotations are kept):
+        # what the suite reads back, at no cost to the other requests
+        path = self.folder / "audit-policy.yaml"
+        path.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+            "  - {level: Metadata, verbs: [create], resources: [{group: '', resources: [pods]}]}\n"
+            "  - {level: None}\n"
+        )
+        return path
 
     def _write_keys(self) -> None:
         pair = certs.generate_ca(days=2)  # any EC key pair signs service-account tokens (ES256)

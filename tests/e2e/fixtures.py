@@ -8,25 +8,31 @@ from typing import Any
 from tests.e2e.admission import Admission
 from tests.e2e.kube import Kube, Object, eventually
 
-#: the e2e policy directory adds this to the shipped policies: GPU caps in namespaces labelled for it
+
+def _labelled_policy(name: str, label: str, kinds: str, rules: str) -> str:
+    """A policy for the namespaces labelled ``label: on``, added to the shipped ones in the e2e policy directory."""
+    return (
+        f"apiVersion: gpu-admission.io/v1alpha1\nkind: GPUPolicy\nmetadata: {{name: {name}}}\n"
+        f"spec:\n  order: 300\n  match:\n    kinds: [{kinds}]\n"
+        f'    namespaceSelector: {{matchLabels: {{{label}: "on"}}}}\n  rules:\n{rules}'
+    )
+
+
+#: GPU caps in namespaces labelled for them
 QUOTA_LABEL = "e2e.gpu-admission.io/quota"
-QUOTA_POLICY = f"""\
-apiVersion: gpu-admission.io/v1alpha1
-kind: GPUPolicy
-metadata:
-  name: e2e-quota
-spec:
-  order: 300
-  match:
-    kinds: ["*"]
-    namespaceSelector: {{matchLabels: {{{QUOTA_LABEL}: "on"}}}}
-  rules:
+QUOTA_POLICY = _labelled_policy("e2e-quota", QUOTA_LABEL, '"*"', """\
     quota:
       mode: enforce
       clusterUnavailable: fail-closed
       limits:
-        - {{scope: namespace, max: 2}}
-"""
+        - {scope: namespace, max: 2}
+""")
+
+#: a rule in audit mode in namespaces labelled for it: no pod may hold a GPU, which refuses nothing
+AUDIT_LABEL = "e2e.gpu-admission.io/audit"
+AUDIT_POLICY = _labelled_policy("e2e-audit", AUDIT_LABEL, "Pod", """\
+    resourceShape: {mode: audit, maxPerPod: 0, nodeCapacity: false}
+""")
 
 CUDA_124 = "nvcr.io/nvidia/pytorch:24.05-py3"  # CUDA 12.4.1 (FACTS.md §4): driver >= 550.54.15
 TOLERATE_GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

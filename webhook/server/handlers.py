@@ -107,6 +107,10 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
     metrics.count_findings(decision.findings)
     level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
+    audited = review.audit_findings(decision) if decision.findings and level == logging.DEBUG else []
+    if audited:
+        # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it
+        outcome, level = "audit", logging.INFO
     if not log.isEnabledFor(level):  # the usual case: no line, so no fields worked out for one
         return
     fields = {
@@ -114,7 +118,10 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
         "object": req.name, "endpoint": endpoint, "verdict": outcome,
         "rules": sorted({f"{f.policy}/{f.rule}" for f in decision.findings}),
     }
-    text = "; ".join(decision.warnings) if level == logging.DEBUG else decision.message() or "; ".join(decision.warnings)
+    if level == logging.DEBUG:
+        text = "; ".join(decision.warnings)
+    else:
+        text = decision.message() or "; ".join(audited or decision.warnings)
     log.log(level, "%s: %s", outcome, text, extra=fields)
 
 
