@@ -188,14 +188,12 @@ def _policies_check(args: argparse.Namespace) -> int:
 
     try:
         policy_set = loader.load_directory(args.directory)
+        if not policy_set.policies:  # a wrong path or an empty ConfigMap: nothing would be enforced
+            raise PolicyError([f"{args.directory}: no GPUPolicy found: the server would enforce nothing"])
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem)
         print(f"{len(exc.problems)} problem(s) in {args.directory}", file=sys.stderr)
-        return EXIT_USAGE
-    if not policy_set.policies:  # a wrong path or an empty ConfigMap: nothing would be enforced
-        print(f"{args.directory}: no GPUPolicy found: the server would enforce nothing")
-        print(f"1 problem(s) in {args.directory}", file=sys.stderr)
         return EXIT_USAGE
     print(
         f"{args.directory}: {len(policy_set.policies)} policies, {len(policy_set.classes)} workload classes, "

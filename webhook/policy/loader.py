@@ -17,7 +17,7 @@ from webhook.errors import PolicyError
 from webhook.policy import device_classes, dra, schema, yaml_errors
 from webhook.policy.device_classes import DeviceClassInfo
 from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
-from webhook.policy.match import Classifier
+from webhook.policy.match import Classifier, kind_matches
 from webhook.policy.workload import BUILTIN_KINDS, KindPaths, kind_index
 
 POLICY_SUFFIXES = (".yaml", ".yml")
@@ -239,13 +239,12 @@ def _check_match_kinds(
     A misspelt kind (``Deploymnet``) or Kyverno's ``group/version/Kind`` form would
     otherwise switch the policy off for that kind without a word.
     """
-    known = {*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)}
-    accepted = {"*"} | {kind for _, kind in known} | {f"{group}/{kind}" for group, kind in known if group}
+    known = [*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)]
     for source, doc in documents:
         if not isinstance(doc, schema.GPUPolicy):
             continue
         for i, pattern in enumerate(doc.spec.match.kinds):
-            if pattern not in accepted:
+            if not any(kind_matches((pattern,), group, kind) for group, kind in known):
                 problems.append(
                     f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): "
                     f"spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; write Kind or "

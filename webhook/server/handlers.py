@@ -107,8 +107,7 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
     metrics.count_findings(decision.findings)
     level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
-    audited = review.audit_findings(decision) if decision.findings and level == logging.DEBUG else []
-    if audited:
+    if level == logging.DEBUG and decision.findings and any(f.mode == "audit" for f in decision.findings):
         # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it
         outcome, level = "audit", logging.INFO
     if not log.isEnabledFor(level):  # the usual case: no line, so no fields worked out for one
@@ -121,7 +120,7 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     if level == logging.DEBUG:
         text = "; ".join(decision.warnings)
     else:
-        text = decision.message() or "; ".join(audited or decision.warnings)
+        text = decision.message() or "; ".join(review.audit_findings(decision) if outcome == "audit" else decision.warnings)
     log.log(level, "%s: %s", outcome, text, extra=fields)
 
 
