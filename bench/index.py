@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import ssl
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ import orjson  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from bench.engine import REPO  # noqa: E402
+from bench.proc import cpu_seconds  # noqa: E402
 from tests.cluster import builders  # noqa: E402
 from webhook.cluster import ClusterIndex  # noqa: E402
 from webhook.cluster.pods import gpu_pod_shaper, is_gpu_resource  # noqa: E402
@@ -84,12 +84,6 @@ def _memory_mb(pid: int) -> dict[str, float]:
     return fields
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process: what it cost, however loaded the machine is."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _ready(port: int, context: ssl.SSLContext) -> bool:
     try:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as response:
@@ -128,7 +122,7 @@ def sync(nodes: int, pods: int) -> None:
                     raise SystemExit("the server did not become ready")
                 time.sleep(0.1)
             took = time.perf_counter() - began
-            memory, cpu = _memory_mb(server.pid), _cpu_seconds(server.pid)
+            memory, cpu = _memory_mb(server.pid), cpu_seconds(server.pid)
             time.sleep(2)  # after the sync: garbage collected, gc frozen
             settled = _memory_mb(server.pid)
         finally:

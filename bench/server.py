@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -50,9 +49,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.proc import CLOCK_TICKS, cpu_seconds  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared/corpus/admissionreviews/kube-apiserver-1.36"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TARGETS = {"training pod": 0.85, "Deployment": 0.85, "20-container pod": 0.8, "pod without GPU": 0.97}
 P99_TARGET = 1.25
 
@@ -113,12 +115,6 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
         except (urllib.error.URLError, OSError):
             time.sleep(0.1)
     raise SystemExit("a server did not become ready")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def measure(port: int, pid: int, payload: Path, requests: int, log: Path) -> tuple[float, float, float]:

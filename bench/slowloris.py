@@ -35,6 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.proc import cpu_seconds  # noqa: E402
 from tests import fuzz  # noqa: E402
 from tests.support import corpus_reviews, load_review  # noqa: E402
 
@@ -94,11 +95,6 @@ class Probe:
         offsets = [n / count / self.rate if self.rate else 0.0 for n in range(count)]
         await asyncio.gather(*(client(c, o) for c, o in zip(self.connections, offsets)))
         return samples
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:
