@@ -195,10 +195,13 @@ def _policies_check(args: argparse.Namespace) -> int:
             print(problem)
         print(f"{len(exc.problems)} problem(s) in {args.directory}", file=sys.stderr)
         return EXIT_USAGE
+    exceptions = f", {len(policy_set.exceptions)} exceptions" if policy_set.exceptions else ""
     print(
         f"{args.directory}: {len(policy_set.policies)} policies, {len(policy_set.classes)} workload classes, "
-        f"{len(policy_set.kinds)} workload kinds: OK"
+        f"{len(policy_set.kinds)} workload kinds{exceptions}: OK"
     )
+    for exception in policy_set.exceptions:  # what each lifts, and where: an exception is reviewed like a policy
+        print(f"  exception {exception.metadata.name}: {exception.summary()}")
     return EXIT_OK
 
 

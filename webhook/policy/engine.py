@@ -94,7 +94,8 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a claim has no pod spec: only its own validations apply
         if phase != "validate":
             return ALLOW
-        decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace))
+        lifted = _lifted(policies, request, obj) if policies.exceptions else _NOTHING_LIFTED
+        decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace), lifted)
     else:
         decision = _evaluate(policies, request, obj, paths, view, phase)
     if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
@@ -205,6 +206,32 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
     return plans
 
 
+_NOTHING_LIFTED: match.Lifted = {}
+
+
+def _lifted(policies: PolicySet, request: Request, obj: dict[str, Any]) -> match.Lifted:
+    return match.lifted(policies.exceptions, request.group, request.kind, request.namespace, obj)
+
+
+def _without_lifted(policies: PolicySet, plan: _PolicyPlan, lifted: match.Lifted) -> _PolicyPlan | None:
+    """The plan less the rules exceptions lift for this object; None when none is left."""
+    name = plan.policy.metadata.name
+    if name not in lifted:
+        return plan
+    rules = lifted[name]
+    if rules is None:  # every rule of the policy
+        return None
+    key = ("lifted", id(plan), rules)  # (plans live as long as the memo: their ids are not reused meanwhile)
+    if key not in policies.memo:
+        keep = [i for i, step in enumerate(plan.rules) if step[2][0] not in rules]
+        dry = tuple(plan.dry[i] for i in keep) if plan.dry is not None else None
+        policies.memo[key] = replace(
+            plan, rules=tuple(plan.rules[i] for i in keep), dry=dry if dry and any(dry) else None,
+        ) if keep else None
+    found: _PolicyPlan | None = policies.memo[key]
+    return found
+
+
 def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
     return cfg is not None and cfg.mode != "off" and phase in rule.phases
 
@@ -240,6 +267,7 @@ def _evaluate(
     if not with_claims:  # (after the return above: a pod without GPUs does not pay for it)
         device_classes, claims = policies.device_classes, [None] * len(targets)
     plans = _plans(policies, request.group, request.kind, phase)
+    lifted = _lifted(policies, request, obj) if policies.exceptions else _NOTHING_LIFTED
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
     # the dataclass's __init__ is a Python call with default factories: set its two slots here
@@ -256,6 +284,11 @@ def _evaluate(
                 plan.policy, request.group, request.kind, request.namespace, ns_labels
             ):
                 continue
+            if lifted:
+                kept = _without_lifted(policies, plan, lifted)
+                if kept is None:
+                    continue
+                plan = kept
             _run_plan(ctx, plan, slots[0])
     else:
         contexts: list[RuleContext | None] = [None] * len(targets)
@@ -264,6 +297,11 @@ def _evaluate(
                 plan.policy, request.group, request.kind, request.namespace, ns_labels
             ):
                 continue
+            if lifted:
+                kept = _without_lifted(policies, plan, lifted)
+                if kept is None:
+                    continue
+                plan = kept
             for index, target in enumerate(targets):
                 if plan.gpu_only and not gpu_pods[index]:
                     continue

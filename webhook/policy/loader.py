@@ -30,6 +30,8 @@ class PolicySet:
 
     policies: tuple[schema.GPUPolicy, ...] = ()
     classes: tuple[schema.GPUWorkloadClass, ...] = ()
+    #: named objects that some rules skip (in file order; none in most policy sets)
+    exceptions: tuple[schema.GPUPolicyException, ...] = ()
     kinds: dict[tuple[str, str], KindPaths] = field(default_factory=lambda: kind_index(BUILTIN_KINDS))
     fingerprint: str = ""
     #: what the engine works out once per policy set (its rule plans); not part of equality
@@ -143,6 +145,7 @@ def load_files(files: Iterable[Path], *, base: Path | None = None) -> PolicySet:
     return PolicySet(
         policies=policy_set.policies,
         classes=policy_set.classes,
+        exceptions=policy_set.exceptions,
         kinds=policy_set.kinds,
         fingerprint=digest.hexdigest()[:16],
     )
@@ -224,9 +227,12 @@ def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> Poli
     kinds = kind_index([*BUILTIN_KINDS, *custom])
     _check_match_kinds(documents, kinds, problems)
     _check_workload_classes(documents, {c.spec.workloadClass or c.metadata.name for c in classes}, problems)
+    exceptions = [(source, d) for source, d in documents if isinstance(d, schema.GPUPolicyException)]
+    _check_exceptions(exceptions, {p.metadata.name: p for p in policies}, problems)
     return PolicySet(
         policies=tuple(policies),
         classes=tuple(classes),
+        exceptions=tuple(d for _, d in exceptions),
         kinds=kinds,
     )
 
@@ -237,20 +243,50 @@ def _check_match_kinds(
     """A ``match.kinds`` entry no known kind answers to is refused, not left to match nothing.
 
     A misspelt kind (``Deploymnet``) or Kyverno's ``group/version/Kind`` form would
-    otherwise switch the policy off for that kind without a word.
+    otherwise switch the policy off (or an exception off) for that kind without a word.
     """
     known = [*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)]
     for source, doc in documents:
-        if not isinstance(doc, schema.GPUPolicy):
+        if not isinstance(doc, (schema.GPUPolicy, schema.GPUPolicyException)):
             continue
         for i, pattern in enumerate(doc.spec.match.kinds):
             if not any(kind_matches((pattern,), group, kind) for group, kind in known):
                 problems.append(
-                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): "
-                    f"spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; write Kind or "
-                    "group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and describe "
-                    "a custom resource in a GPUWorkloadKind"
+                    f"{_where(source, doc)}: spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; "
+                    "write Kind or group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and "
+                    "describe a custom resource in a GPUWorkloadKind"
                 )
+
+
+def _where(source: _Source, doc: Any) -> str:
+    return f"{source.path}: document {source.index + 1} ({doc.kind} {doc.metadata.name})"
+
+
+def _check_exceptions(
+    exceptions: list[tuple[_Source, schema.GPUPolicyException]], policies: dict[str, schema.GPUPolicy],
+    problems: list[str],
+) -> None:
+    """An exception lifts rules that exist: a policy loaded here, a rule that policy has.
+
+    A misspelt name would otherwise lift nothing, and the object it was written for
+    would stay refused with no word of why.
+    """
+    for source, doc in exceptions:
+        for i, entry in enumerate(doc.spec.exceptions):
+            policy = policies.get(entry.policy)
+            if policy is None:
+                problems.append(
+                    f"{_where(source, doc)}: spec.exceptions[{i}].policy: no GPUPolicy {entry.policy!r} "
+                    f"(known: {', '.join(sorted(policies)) or 'none'})"
+                )
+                continue
+            has = [name for name in schema.Rules.model_fields if getattr(policy.spec.rules, name) is not None]
+            for j, rule in enumerate(entry.rules):
+                if rule not in has:
+                    problems.append(
+                        f"{_where(source, doc)}: spec.exceptions[{i}].rules[{j}]: GPUPolicy {entry.policy} has no "
+                        f"rule {rule!r} (it has: {', '.join(has) or 'none'})"
+                    )
 
 
 def _check_workload_classes(documents: list[tuple[_Source, Any]], known: set[str], problems: list[str]) -> None:
@@ -271,6 +307,5 @@ def _check_workload_classes(documents: list[tuple[_Source, Any]], known: set[str
         for where, name in named:
             if name not in known:
                 problems.append(
-                    f"{source.path}: document {source.index + 1} (GPUPolicy {doc.metadata.name}): {where}: "
-                    f"no GPUWorkloadClass assigns workload class {name!r} (known: {', '.join(sorted(known)) or 'none'})"
+                    f"{_where(source, doc)}: {where}: no GPUWorkloadClass assigns workload class {name!r} (known: {', '.join(sorted(known)) or 'none'})"
                 )

@@ -60,6 +60,37 @@ def policy_applies(
     return True
 
 
+#: policy name → the rules exceptions lift for one object (None: all of them)
+Lifted = dict[str, "frozenset[str] | None"]
+
+
+def lifted(
+    exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any]
+) -> Lifted:
+    """The rules the exceptions covering this object lift, per policy (empty: none covers it).
+
+    An object is named by ``metadata.name``, or by ``metadata.generateName`` when it has no
+    name yet: kube-apiserver makes a generated name only after admission, so a pod that a
+    controller creates comes with its prefix (``trainer-7d9f-``) and no name.
+    """
+    found: Lifted = {}
+    meta = obj.get("metadata")
+    name = ""
+    if type(meta) is dict:
+        name = str(meta.get("name") or meta.get("generateName") or "")
+    for exception in exceptions:
+        m = exception.spec.match
+        if m.kinds and not kind_matches(m.kinds, group, kind):
+            continue
+        if not name_matches(m.namespaces, namespace) or not name_matches(m.names, name):
+            continue
+        for entry in exception.spec.exceptions:
+            rules = found.get(entry.policy, frozenset())
+            if rules is not None:
+                found[entry.policy] = rules | frozenset(entry.rules) if entry.rules else None
+    return found
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """What workload classes are matched on, read once per pod spec."""

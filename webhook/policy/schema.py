@@ -1,11 +1,12 @@
 """The policy file schema: Kubernetes-style documents validated by pydantic.
 
-Three kinds of document live in a policy directory (apiVersion
+Four kinds of document live in a policy directory (apiVersion
 ``gpu-admission.io/v1alpha1``):
 
 - ``GPUPolicy``: what to match and which rules to run, each rule with a mode;
 - ``GPUWorkloadClass``: how to tell training from inference from notebooks;
-- ``GPUWorkloadKind``: where the pod templates of a custom resource are.
+- ``GPUWorkloadKind``: where the pod templates of a custom resource are;
+- ``GPUPolicyException``: named objects that some rules of some policies skip.
 
 Every model forbids unknown fields, so a misspelt key is an error at load
 time, never a silently ignored setting. docs/policies.md documents each field.
@@ -196,7 +197,65 @@ class GPUWorkloadKind(Model):
     spec: GPUWorkloadKindSpec
 
 
+class LiftedRules(Model):
+    """One policy's rules an exception lifts."""
+
+    policy: str = Field(min_length=1, description="the GPUPolicy's metadata.name")
+    rules: list[str] = Field(default=[], description="rule names under its spec.rules; empty: every rule it has")
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in Rules.model_fields:
+                raise ValueError(f"{name!r} is no rule (rules: {', '.join(Rules.model_fields)})")
+        return value
+
+
+class ExceptionMatch(Model):
+    """The objects an exception covers. Every given field must match (AND); lists are ORs."""
+
+    namespaces: list[str] = Field(default=[], description="namespace names; shell globs allowed")
+    names: list[str] = Field(
+        default=[], description="object names (metadata.name, else metadata.generateName); shell globs allowed",
+    )
+    kinds: list[str] = Field(default=[], description="as a policy's match.kinds; empty: every kind")
+
+    @model_validator(mode="after")
+    def _named(self) -> ExceptionMatch:
+        if not self.namespaces and not self.names:
+            raise ValueError(
+                "give namespaces or names (or both): an exception for every object is a rule switched off; "
+                "set that rule's mode: off instead"
+            )
+        return self
+
+
+class GPUPolicyExceptionSpec(Model):
+    exceptions: list[LiftedRules] = Field(min_length=1)
+    match: ExceptionMatch
+
+
+class GPUPolicyException(Model):
+    apiVersion: Literal["gpu-admission.io/v1alpha1"]
+    kind: Literal["GPUPolicyException"]
+    metadata: Metadata
+    spec: GPUPolicyExceptionSpec
+
+    def summary(self) -> str:
+        """"gpu-defaults/securityContext for Pod named llama-* in ml-research": what it lifts, and where."""
+        spec = self.spec
+        lifted = "; ".join(f"{e.policy}/{','.join(e.rules)}" if e.rules else f"{e.policy} (every rule)"
+                           for e in spec.exceptions)
+        where = [
+            f"for {' or '.join(spec.match.kinds)}" if spec.match.kinds else "",
+            f"named {' or '.join(spec.match.names)}" if spec.match.names else "",
+            f"in {' or '.join(spec.match.namespaces)}" if spec.match.namespaces else "in any namespace",
+        ]
+        return f"{lifted} {' '.join(w for w in where if w)}"
+
+
 Document = Annotated[
-    GPUPolicy | GPUWorkloadClass | GPUWorkloadKind, Field(discriminator="kind")
+    GPUPolicy | GPUWorkloadClass | GPUWorkloadKind | GPUPolicyException, Field(discriminator="kind")
 ]
-DOCUMENT_KINDS = ("GPUPolicy", "GPUWorkloadClass", "GPUWorkloadKind")
+DOCUMENT_KINDS = ("GPUPolicy", "GPUWorkloadClass", "GPUWorkloadKind", "GPUPolicyException")

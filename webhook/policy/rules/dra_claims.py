@@ -73,8 +73,11 @@ class _Claim:
             self.findings.append(Finding(self.policy, RULE, mode, f"{self.subject} {message}", path))
 
 
-def judge(policies: PolicySet, request: Request, view: ClusterView, ns_labels: Mapping[str, str]) -> Decision:
-    """Validate a ResourceClaim or ResourceClaimTemplate under every policy with a draClaims rule."""
+def judge(
+    policies: PolicySet, request: Request, view: ClusterView, ns_labels: Mapping[str, str], lifted: match.Lifted,
+) -> Decision:
+    """Validate a ResourceClaim or ResourceClaimTemplate under every policy with a draClaims rule
+    (less the policies whose draClaims rule an exception lifts for this claim)."""
     obj = request.object or {}
     base = "spec.spec" if request.kind == "ResourceClaimTemplate" else "spec"
     requests = dra.requests_of(dra.claim_spec(obj), base)
@@ -83,6 +86,10 @@ def judge(policies: PolicySet, request: Request, view: ClusterView, ns_labels: M
         cfg = policy.spec.rules.draClaims
         if cfg is None or cfg.mode == "off":
             continue
+        if policy.metadata.name in lifted:
+            rules = lifted[policy.metadata.name]
+            if rules is None or "draClaims" in rules:
+                continue
         if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
             continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
