@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,18 @@ def test_the_documented_example_loads_and_is_listed_as_the_docs_say(tmp_path: Pa
     listed = capsys.readouterr().out.splitlines()[-1].strip()
     documented = " ".join(section.split("(`exception ", 1)[1].split("`)", 1)[0].split())
     assert listed == f"exception {documented}"
+
+
+def test_the_audit_reports_a_lifted_rule_as_skipped_by_the_exception(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policies_with(tmp_path, exception("{namespaces: [cap], names: [trainer]}"))
+    manifest = tmp_path / "trainer.json"
+    manifest.write_text(json.dumps(TRAINER))
+    cli.main(["audit", str(manifest), "--policies", str(tmp_path / "policies"), "-o", "policyreport"])
+    results = {
+        (r["policy"], r["rule"]): (r["result"], r["message"])
+        for item in json.loads(capsys.readouterr().out)["items"] for r in item["results"]
+    }
+    assert results[("gpu-defaults", "securityContext")] == ("skip", "lifted by GPUPolicyException ex")
+    assert results[("gpu-defaults", "shm")][0] == "pass"

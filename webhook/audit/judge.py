@@ -109,8 +109,9 @@ def outcomes(
 
     A finding is ``fail`` (enforce, audit) or ``warn``; a rule that ran and
     found nothing is ``pass`` (a mutation it made is named in the message);
-    a GPU-only policy on an object without GPUs is ``skip``. ``plans`` keeps
-    which rules apply per kind and namespace across the objects of a run.
+    a GPU-only policy on an object without GPUs, and a rule a GPUPolicyException
+    lifts for it, are ``skip``. ``plans`` keeps which rules apply per kind and
+    namespace across the objects of a run.
     """
     request = result.request
     key = (request.group, request.kind, request.namespace)
@@ -129,10 +130,14 @@ def outcomes(
     for change in result.mutation.changes:
         changed.setdefault((change.policy, change.rule), []).append(change.what)
     has_gpu = _has_gpu(policies, result) if any(gpu_only for _, gpu_only, _ in plan) else True
+    lifted_by = _lifted_by(policies, result) if policies.exceptions else {}
     for name, gpu_only, rules in plan:
         for rule, mode, phase in rules:
             key_ = (name, rule)
-            if key_ in found:
+            exception = lifted_by.get(key_) or lifted_by.get((name, ""))
+            if exception:
+                yield Outcome(name, rule, "skip", mode, f"lifted by GPUPolicyException {exception}", phase)
+            elif key_ in found:
                 for found_in, f in found[key_]:
                     yield Outcome(name, rule, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
             elif gpu_only and not has_gpu:
@@ -158,6 +163,17 @@ def _plan(policies: loader.PolicySet, view: ClusterView, group: str, kind: str, 
                 rules.append((rule.name, cfg.mode, phase))
         plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly), tuple(rules)))
     return tuple(plan)
+
+
+def _lifted_by(policies: loader.PolicySet, result: Result) -> dict[tuple[str, str], str]:
+    """(policy, rule) → the exception lifting that rule for this object; rule "": every rule of the policy."""
+    request, found = result.request, dict[tuple[str, str], str]()
+    for exception in match.covering(policies.exceptions, request.group, request.kind, request.namespace,
+                                    result.document.obj):
+        for entry in exception.spec.exceptions:
+            for rule in entry.rules or ("",):
+                found.setdefault((entry.policy, rule), exception.metadata.name)
+    return found
 
 
 def _has_gpu(policies: loader.PolicySet, result: Result) -> bool:

@@ -64,26 +64,30 @@ def policy_applies(
 Lifted = dict[str, "frozenset[str] | None"]
 
 
-def lifted(
+def covering(
     exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any]
-) -> Lifted:
-    """The rules the exceptions covering this object lift, per policy (empty: none covers it).
+) -> list[schema.GPUPolicyException]:
+    """The exceptions that name this object.
 
     An object is named by ``metadata.name``, or by ``metadata.generateName`` when it has no
     name yet: kube-apiserver makes a generated name only after admission, so a pod that a
     controller creates comes with its prefix (``trainer-7d9f-``) and no name.
     """
-    found: Lifted = {}
     meta = obj.get("metadata")
-    name = ""
-    if type(meta) is dict:
-        name = str(meta.get("name") or meta.get("generateName") or "")
-    for exception in exceptions:
-        m = exception.spec.match
-        if m.kinds and not kind_matches(m.kinds, group, kind):
-            continue
-        if not name_matches(m.namespaces, namespace) or not name_matches(m.names, name):
-            continue
+    name = str(meta.get("name") or meta.get("generateName") or "") if type(meta) is dict else ""
+    return [
+        e for e in exceptions
+        if (not e.spec.match.kinds or kind_matches(e.spec.match.kinds, group, kind))
+        and name_matches(e.spec.match.namespaces, namespace) and name_matches(e.spec.match.names, name)
+    ]
+
+
+def lifted(
+    exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any]
+) -> Lifted:
+    """The rules the exceptions naming this object lift, per policy (empty: none names it)."""
+    found: Lifted = {}
+    for exception in covering(exceptions, group, kind, namespace, obj):
         for entry in exception.spec.exceptions:
             rules = found.get(entry.policy, frozenset())
             if rules is not None:

@@ -9,7 +9,8 @@ emitter takes seconds per thousand objects.
 Each result names one policy rule on one resource: ``fail`` for an enforce
 or audit finding (Kyverno records audit-mode violations as ``fail``),
 ``warn``, ``pass`` for a rule that found nothing (or only mutated),
-``skip`` for a GPU-only policy on an object without GPUs, ``error`` for a
+``skip`` for a GPU-only policy on an object without GPUs and for a rule a
+GPUPolicyException lifts, ``error`` for a
 document that is not a Kubernetes object.
 """
 
