@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import StartWebhook
 from tests.support import POLICIES, REVIEWS, apply_patch, load_review
-from webhook import cli
+from webhook import cli, review
 from webhook.errors import PolicyError
 from webhook.policy import engine, loader
 from webhook.policy.decision import Decision
@@ -57,6 +58,7 @@ def test_a_lifted_rule_changes_nothing_and_the_others_still_run(tmp_path: Path) 
     assert "/spec/containers/0/securityContext" in changed_paths(plain)
     assert changed_paths(excepted) == changed_paths(plain) - {"/spec/securityContext", "/spec/containers/0/securityContext"}
     assert "securityContext" not in {change.what for change in excepted.changes}
+    assert excepted.exceptions == ("ex",) and plain.exceptions == ()
     # what is left is still idempotent
     again = decide(policies_with(tmp_path / "2", exception("{namespaces: [cap], names: [trainer]}")),
                    apply_patch(TRAINER, excepted.patch))
@@ -70,7 +72,14 @@ def test_a_lifted_rule_changes_nothing_and_the_others_still_run(tmp_path: Path) 
 ])
 def test_objects_the_exception_does_not_name_are_untouched_by_it(tmp_path: Path, match: str) -> None:
     plain = decide(loader.load_directory(POLICIES), TRAINER)
-    assert decide(policies_with(tmp_path, exception(match)), TRAINER).patch == plain.patch
+    decision = decide(policies_with(tmp_path, exception(match)), TRAINER)
+    assert decision.patch == plain.patch and decision.exceptions == ()
+
+
+def test_an_exception_lifting_only_rules_that_do_not_run_is_not_named(tmp_path: Path) -> None:
+    # the shipped quota rule is off: lifting it for this pod lifts nothing that would have run
+    quota = exception("{names: [trainer]}", "[{policy: gpu-validations, rules: [quota]}]")
+    assert decide(policies_with(tmp_path, quota), TRAINER, "validate").exceptions == ()
 
 
 def test_a_pod_without_a_name_yet_is_named_by_its_generate_name(tmp_path: Path) -> None:
@@ -123,7 +132,8 @@ def test_a_dra_claim_skips_a_lifted_claims_rule(tmp_path: Path) -> None:
     }
     assert not decide(loader.load_directory(POLICIES), claim, "validate").allowed
     lifted = exception("{names: [all-gpus]}", "[{policy: gpu-validations, rules: [draClaims]}]")
-    assert decide(policies_with(tmp_path, lifted), claim, "validate").allowed
+    decision = decide(policies_with(tmp_path, lifted), claim, "validate")
+    assert decision.allowed and decision.exceptions == ("ex",)
     other_rule = exception("{names: [all-gpus]}", "[{policy: gpu-validations, rules: [quota]}]")
     assert not decide(policies_with(tmp_path / "2", other_rule), claim, "validate").allowed
 
@@ -182,3 +192,18 @@ def test_the_audit_reports_a_lifted_rule_as_skipped_by_the_exception(
     }
     assert results[("gpu-defaults", "securityContext")] == ("skip", "lifted by GPUPolicyException ex")
     assert results[("gpu-defaults", "shm")][0] == "pass"
+
+
+async def test_the_server_names_the_exception_in_an_audit_annotation_and_a_metric(
+    start_webhook: StartWebhook, tmp_path: Path,
+) -> None:
+    policies_with(tmp_path / "x", exception("{namespaces: [cap], names: [trainer]}", name="trainer-root"))
+    hook = await start_webhook(tmp_path / "x" / "policies")
+    sent = load_review(REVIEWS / "000_mutate_create_pods_.json")
+    response = (await hook.review("/mutate", sent))["response"]
+    assert response["auditAnnotations"] == {review.EXCEPTIONS_ANNOTATION: "trainer-root"}
+    sent["request"]["object"]["metadata"]["name"] = sent["request"]["name"] = "other"
+    assert "auditAnnotations" not in (await hook.review("/mutate", sent))["response"]
+    async with hook.session.get(hook.base + "/metrics") as resp:
+        metrics = await resp.text()
+    assert 'gpu_admission_exceptions_total{endpoint="/mutate",exception="trainer-root"} 1.0' in metrics

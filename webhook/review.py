@@ -28,6 +28,9 @@ MAX_MESSAGE_CHARS = 8192
 #: request's audit event as "<webhook name>/audit-findings" and drops (with a warning in its own
 #: log) any key that is not then a qualified name: one "/", a name part of at most 63 characters
 AUDIT_ANNOTATION = "audit-findings"
+#: the audit annotation naming the GPUPolicyExceptions that lifted rules for the object
+#: ("<webhook name>/exceptions" in the audit event), comma-separated: who was exempted, and when
+EXCEPTIONS_ANNOTATION = "exceptions"
 
 
 class StatusJSON(TypedDict, total=False):
@@ -139,6 +142,8 @@ def build_response(review: Review, decision: Decision, *, mutating: bool) -> Rev
         audited = audit_findings(decision)
         if audited:
             response["auditAnnotations"] = {AUDIT_ANNOTATION: orjson.dumps(audited).decode()}
+    if decision.exceptions:
+        response.setdefault("auditAnnotations", {})[EXCEPTIONS_ANNOTATION] = ",".join(decision.exceptions)
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
 
 

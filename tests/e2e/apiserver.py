@@ -181,6 +181,15 @@ class ApiServer:
             return []
         return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
 
+    def create_event(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The audit event of a pod's creation, once complete (None until the log has it)."""
+        for event in self.audit_events():
+            ref = event.get("objectRef") or {}
+            if (event.get("stage") == "ResponseComplete" and event.get("verb") == "create"
+                    and ref.get("namespace") == namespace and ref.get("name") == name):
+                return dict(event)
+        return None
+
     def _write_audit_policy(self) -> Path:
         # pod creations only, at Metadata (where admission webhooks' audit annotations are kept):
         # what the suite reads back, at no cost to the other requests

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -15,22 +14,13 @@ from tests.e2e.kube import Kube, eventually
 AUDIT_KEY = "validate.gpu-admission.io/audit-findings"
 
 
-def _create_event(apiserver: ApiServer, namespace: str, name: str) -> dict[str, Any] | None:
-    for event in apiserver.audit_events():
-        ref = event.get("objectRef") or {}
-        if (event.get("stage") == "ResponseComplete" and event.get("verb") == "create"
-                and ref.get("namespace") == namespace and ref.get("name") == name):
-            return dict(event)
-    return None
-
-
 @pytest.mark.parametrize("namespace", [{AUDIT_LABEL: "on"}], indirect=True)
 def test_an_audit_mode_finding_admits_the_pod_and_reaches_the_apiserver_audit_log(
     admin: Kube, apiserver: ApiServer, namespace: str,
 ) -> None:
     admin.create(pod("audited", namespace, gpu_container()))
     assert [p["metadata"]["name"] for p in admin.list("v1", "Pod", namespace)] == ["audited"]
-    event = eventually(lambda: _create_event(apiserver, namespace, "audited"), what="the pod's audit event")
+    event = eventually(lambda: apiserver.create_event(namespace, "audited"), what="the pod's audit event")
     annotations = event.get("annotations") or {}
     # kube-apiserver drops (with a warning in its log) a key that is not a qualified name: here it was kept
     assert AUDIT_KEY in annotations, annotations
@@ -43,5 +33,5 @@ def test_an_audit_mode_finding_admits_the_pod_and_reaches_the_apiserver_audit_lo
 @pytest.mark.parametrize("namespace", [{AUDIT_LABEL: "on"}], indirect=True)
 def test_a_pod_without_audit_findings_has_no_audit_annotation(admin: Kube, apiserver: ApiServer, namespace: str) -> None:
     admin.create(pod("plain", namespace, gpu_container(gpus=None)))  # no GPU: no rule finds anything
-    event = eventually(lambda: _create_event(apiserver, namespace, "plain"), what="the pod's audit event")
+    event = eventually(lambda: apiserver.create_event(namespace, "plain"), what="the pod's audit event")
     assert AUDIT_KEY not in (event.get("annotations") or {}), event

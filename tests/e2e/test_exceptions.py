@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.apiserver import ApiServer
 from tests.e2e.fixtures import EXEMPT_PREFIX, deployment, pod
-from tests.e2e.kube import Kube, Refused
+from tests.e2e.kube import Kube, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
 #: a MIG profile no GPU has: kube-apiserver stores it, the resourceShape rule refuses it
 BAD_MIG = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/mig-9g.99gb": 1}}}
 
 
-def test_a_named_pod_skips_the_lifted_rule_and_others_do_not(admin: Kube, namespace: str) -> None:
+def test_a_named_pod_skips_the_lifted_rule_and_others_do_not(admin: Kube, apiserver: ApiServer, namespace: str) -> None:
     stored = admin.create(pod(f"{EXEMPT_PREFIX}mig", namespace, BAD_MIG))
     assert stored["metadata"]["name"] == f"{EXEMPT_PREFIX}mig"
     # the rules the exception does not lift still ran: the mutations are there
     assert stored["spec"]["runtimeClassName"] == "nvidia"
+    # and the request's audit event says which exception let it through
+    event = eventually(lambda: apiserver.create_event(namespace, f"{EXEMPT_PREFIX}mig"), what="the pod's audit event")
+    assert (event.get("annotations") or {}).get("validate.gpu-admission.io/exceptions") == "e2e-exempt-shape", event
     with pytest.raises(Refused) as refused:
         admin.create(pod("other-mig", namespace, BAD_MIG))
     assert DENIED in refused.value.message and "mig-9g.99gb" in refused.value.message

@@ -42,6 +42,8 @@ class Decision(NamedTuple):
     changes: tuple[Change, ...] = ()
     #: the object as the patch leaves it (not part of what the engine decided)
     patched: Any = None
+    #: the GPUPolicyExceptions that lifted a rule which would have run on this object
+    exceptions: tuple[str, ...] = ()
 
     @property
     def denials(self) -> tuple[Finding, ...]:

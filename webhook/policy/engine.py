@@ -225,9 +225,12 @@ def _without_lifted(policies: PolicySet, plan: _PolicyPlan, lifted: match.Lifted
     if key not in policies.memo:
         keep = [i for i, step in enumerate(plan.rules) if step[2][0] not in rules]
         dry = tuple(plan.dry[i] for i in keep) if plan.dry is not None else None
-        policies.memo[key] = replace(
-            plan, rules=tuple(plan.rules[i] for i in keep), dry=dry if dry and any(dry) else None,
-        ) if keep else None
+        if len(keep) == len(plan.rules):  # it lifts rules this plan does not run: the plan as it is
+            policies.memo[key] = plan
+        else:
+            policies.memo[key] = replace(
+                plan, rules=tuple(plan.rules[i] for i in keep), dry=dry if dry and any(dry) else None,
+            ) if keep else None
     found: _PolicyPlan | None = policies.memo[key]
     return found
 
@@ -268,6 +271,7 @@ def _evaluate(
         device_classes, claims = policies.device_classes, [None] * len(targets)
     plans = _plans(policies, request.group, request.kind, phase)
     lifted = _lifted(policies, request, obj) if policies.exceptions else _NOTHING_LIFTED
+    used: list[str] = []  # the policies whose rules exceptions lifted
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
     # the dataclass's __init__ is a Python call with default factories: set its two slots here
@@ -286,6 +290,8 @@ def _evaluate(
                 continue
             if lifted:
                 kept = _without_lifted(policies, plan, lifted)
+                if kept is not plan:
+                    used.append(plan.policy.metadata.name)
                 if kept is None:
                     continue
                 plan = kept
@@ -299,6 +305,8 @@ def _evaluate(
                 continue
             if lifted:
                 kept = _without_lifted(policies, plan, lifted)
+                if kept is not plan:
+                    used.append(plan.policy.metadata.name)
                 if kept is None:
                     continue
                 plan = kept
@@ -315,7 +323,10 @@ def _evaluate(
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
-    return _decide(builder, sink, summary)
+    exceptions = match.lifting(
+        policies.exceptions, request.group, request.kind, request.namespace, obj, used,
+    ) if used else ()
+    return _decide(builder, sink, summary, exceptions)
 
 
 def _context(
@@ -420,7 +431,7 @@ def _summary(changes: list[Change]) -> str:
     return f"{','.join(dict.fromkeys(parts))}; policy={','.join(dict.fromkeys(owners))}"
 
 
-def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
+def _decide(builder: PatchBuilder, sink: Findings, summary: str, exceptions: tuple[str, ...]) -> Decision:
     findings = tuple(sink.findings)
     warnings = []
     allowed = True
@@ -431,7 +442,7 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
             allowed = False
     if summary and allowed:  # a denied object is not stored: saying it was mutated would mislead
         warnings.insert(0, f"gpu-admission mutated: {summary}")
-    # allowed, patch, warnings, findings, changes, patched: Decision(...) without the named
-    # tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
-    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc)
+    # allowed, patch, warnings, findings, changes, patched, exceptions: Decision(...) without the
+    # named tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
+    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc, exceptions)
     return _new_tuple(Decision, fields)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -93,6 +93,18 @@ def lifted(
             if rules is not None:
                 found[entry.policy] = rules | frozenset(entry.rules) if entry.rules else None
     return found
+
+
+def lifting(
+    exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any],
+    policies: Iterable[str],
+) -> tuple[str, ...]:
+    """The names of the exceptions naming this object that lift rules of these policies."""
+    wanted = set(policies)
+    return tuple(
+        e.metadata.name for e in covering(exceptions, group, kind, namespace, obj)
+        if any(entry.policy in wanted for entry in e.spec.exceptions)
+    )
 
 
 @dataclass(frozen=True)

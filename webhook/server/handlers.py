@@ -106,6 +106,8 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     outcome = _outcome(decision, refused)
     metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
     metrics.count_findings(decision.findings)
+    if decision.exceptions:
+        metrics.count_exceptions(endpoint, decision.exceptions)
     level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
     if level == logging.DEBUG and decision.findings and any(f.mode == "audit" for f in decision.findings):
         # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it

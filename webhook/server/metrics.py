@@ -52,6 +52,11 @@ class Metrics:
             "gpu_admission_findings", "Rule findings by policy, rule and mode (audit mode shows here).",
             ["policy", "rule", "mode"], registry=r,
         )
+        self.exceptions = Counter(
+            "gpu_admission_exceptions",
+            "Admissions where a GPUPolicyException lifted a rule that would have run, by exception and endpoint.",
+            ["exception", "endpoint"], registry=r,
+        )
         self.reloads = Counter(
             "gpu_admission_policy_reloads", "Policy directory reloads by result.", ["result"], registry=r,
         )
@@ -88,6 +93,7 @@ class Metrics:
         self._latency_children: dict[tuple[str], Any] = {}
         self._finding_children: dict[tuple[str, str, str], Any] = {}
         self._reject_children: dict[tuple[str], Any] = {}
+        self._exception_children: dict[tuple[str, str], Any] = {}
 
     def count_request(self, endpoint: str, kind: str, operation: str, decision: str, known_kinds: frozenset[str]) -> None:
         """Count one answered admission request, its labels bounded to known values."""
@@ -107,6 +113,12 @@ class Metrics:
         """Count rule findings by policy, rule and mode."""
         for finding in findings:
             _child(self._finding_children, self.findings, (finding.policy, finding.rule, finding.mode)).inc()
+
+    def count_exceptions(self, endpoint: str, names: Iterable[str]) -> None:
+        """Count the exceptions that lifted rules in one admission (names come from the policy set)."""
+        key_endpoint = endpoint if endpoint in ENDPOINTS else OTHER
+        for name in names:
+            _child(self._exception_children, self.exceptions, (name, key_endpoint)).inc()
 
     def reject(self, reason: str) -> None:
         """Count one refusal; a reason outside REJECT_REASONS is counted as ``other``."""

@@ -82,22 +82,27 @@ def judge(
     base = "spec.spec" if request.kind == "ResourceClaimTemplate" else "spec"
     requests = dra.requests_of(dra.claim_spec(obj), base)
     findings: list[Finding] = []
+    used: list[str] = []  # the policies whose draClaims rule an exception lifted
     for policy in policies.active_policies:
         cfg = policy.spec.rules.draClaims
         if cfg is None or cfg.mode == "off":
             continue
+        if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
+            continue
         if policy.metadata.name in lifted:
             rules = lifted[policy.metadata.name]
             if rules is None or "draClaims" in rules:
+                used.append(policy.metadata.name)
                 continue
-        if not match.policy_applies(policy, request.group, request.kind, request.namespace, ns_labels):
-            continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
         _check(claim, requests, claim_gpus.ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
         findings.extend(claim.findings)
     allowed = not any(f.mode == "enforce" for f in findings)
     warnings = tuple(f.text() for f in findings if f.mode == "warn")
-    return Decision(allowed, (), warnings, tuple(findings), (), None)
+    exceptions = match.lifting(
+        policies.exceptions, request.group, request.kind, request.namespace, obj, used,
+    ) if used else ()
+    return Decision(allowed, (), warnings, tuple(findings), (), None, exceptions)
 
 
 def _check(claim: _Claim, requests: list[dra.ClaimRequest], classes: Mapping[str, DeviceClassInfo],
