@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import StartWebhook
-from tests.support import corpus_reviews, load_review
+from tests.support import POLICIES, corpus_reviews, load_review
+from webhook import cli
+from webhook.errors import PolicyError
 from webhook.server import keys
+from webhook.server.policies import PolicyStore
 
 
 def fractional_gpu_review() -> dict[str, object]:
@@ -73,3 +80,39 @@ async def test_a_gauge_says_whether_the_files_on_disk_load(start_webhook: StartW
             break
         await asyncio.sleep(0.02)
     assert await loadable() == "1.0"
+
+
+async def test_a_directory_left_without_a_policy_is_refused_and_the_last_good_set_stays(
+    start_webhook: StartWebhook, policy_dir: Path,
+) -> None:
+    # an emptied ConfigMap, or a path into it that names no policy: the server would enforce nothing
+    hook = await start_webhook(reload_interval=0.02)
+    store = hook.app[keys.STORE]
+    good = store.current
+    for path in policy_dir.glob("gpu-*.yaml"):  # every GPUPolicy; the classes and kinds stay
+        path.rename(path.with_suffix(".bak"))
+    for _ in range(200):
+        if store.last_error:
+            break
+        await asyncio.sleep(0.02)
+    assert "no GPUPolicy found: the server would enforce nothing" in store.last_error and store.current is good
+    assert not (await hook.review("/validate", fractional_gpu_review()))["response"]["allowed"]  # still enforced
+
+
+def test_the_server_does_not_start_on_a_directory_without_a_policy(tmp_path: Path) -> None:
+    (tmp_path / "classes.yaml").write_text((POLICIES / "workload-classes.yaml").read_text())
+    with pytest.raises(PolicyError) as refused:
+        PolicyStore(tmp_path)
+    assert refused.value.problems == [f"{tmp_path}: no GPUPolicy found: the server would enforce nothing"]
+
+
+def test_files_not_read_as_policies_are_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+) -> None:
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "extra-policy").write_text((POLICIES / "gpu-defaults.yaml").read_text())  # a key without .yaml
+    with caplog.at_level(logging.WARNING, logger="webhook"):
+        PolicyStore(tmp_path / "p")
+    assert [r.getMessage() for r in caplog.records] == ["not read as policies (only .yaml and .yml files are): extra-policy"]
+    assert cli.main(["policies", "check", str(tmp_path / "p")]) == 0
+    assert "  not read (only .yaml and .yml files are): extra-policy" in capsys.readouterr().out.splitlines()

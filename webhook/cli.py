@@ -187,9 +187,7 @@ def _policies_check(args: argparse.Namespace) -> int:
     from webhook.policy import loader
 
     try:
-        policy_set = loader.load_directory(args.directory)
-        if not policy_set.policies:  # a wrong path or an empty ConfigMap: nothing would be enforced
-            raise PolicyError([f"{args.directory}: no GPUPolicy found: the server would enforce nothing"])
+        policy_set = loader.load_enforcing(args.directory)  # as the server loads it
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem)
@@ -202,6 +200,8 @@ def _policies_check(args: argparse.Namespace) -> int:
     )
     for exception in policy_set.exceptions:  # what each lifts, and where: an exception is reviewed like a policy
         print(f"  exception {exception.metadata.name}: {exception.summary()}")
+    for skipped in loader.skipped_files(args.directory):
+        print(f"  not read (only .yaml and .yml files are): {skipped.relative_to(args.directory)}")
     return EXIT_OK
 
 

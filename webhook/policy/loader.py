@@ -111,6 +111,30 @@ def load_directory(directory: str | os.PathLike[str]) -> PolicySet:
     return load_files(files, base=root)
 
 
+def load_enforcing(directory: str | os.PathLike[str]) -> PolicySet:
+    """``load_directory``, refusing a directory without a GPUPolicy: the server would enforce nothing.
+
+    An empty ConfigMap, or a path into it that names no policy file, would otherwise
+    be served as ready while every GPU pod passes unchecked.
+    """
+    policy_set = load_directory(directory)
+    if not policy_set.policies:
+        raise PolicyError([f"{directory}: no GPUPolicy found: the server would enforce nothing"])
+    return policy_set
+
+
+def skipped_files(root: Path) -> list[Path]:
+    """Visible files below ``root`` that are not read as policies (not .yaml/.yml): said, not silently ignored.
+
+    A ConfigMap key written without its extension (``gpu-validations``) is such a file.
+    """
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found.extend(Path(dirpath) / n for n in sorted(filenames) if not n.startswith(".") and not n.endswith(POLICY_SUFFIXES))
+    return found
+
+
 def policy_files(root: Path) -> Iterator[Path]:
     """YAML files below ``root`` in a stable order.
 

@@ -168,7 +168,8 @@ async def _freeze_gc_when_synced(index: ClusterIndex) -> None:
         pass
     gc.collect()
     gc.freeze()
-    log.info("cluster view synced; %d objects moved out of the garbage collector's scans", gc.get_freeze_count())
+    log.info("cluster view synced")
+    log.debug("%d objects moved out of the garbage collector's scans", gc.get_freeze_count())
 
 
 def _unsynced(index: ClusterIndex) -> str:

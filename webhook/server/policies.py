@@ -58,7 +58,8 @@ class PolicyStore:
 
     def __post_init__(self) -> None:
         self._stamp = directory_stamp(self.directory)
-        self._use(loader.load_directory(self.directory))
+        self._use(loader.load_enforcing(self.directory))
+        _say_skipped(self.directory)
 
     def _use(self, policy_set: loader.PolicySet) -> None:
         self.current, self.last_error = policy_set, ""
@@ -77,7 +78,7 @@ class PolicyStore:
         new: loader.PolicySet | None = None
         error = ""
         try:
-            new = loader.load_directory(self.directory)
+            new = loader.load_enforcing(self.directory)
         except PolicyError as exc:
             error = str(exc)
         if directory_digest(self.directory) != digest:
@@ -90,4 +91,12 @@ class PolicyStore:
             return False
         self._use(new)
         log.info("policies reloaded: %d policies (%s)", len(new.policies), new.fingerprint)
+        _say_skipped(self.directory)
         return True
+
+
+def _say_skipped(directory: Path) -> None:
+    skipped = loader.skipped_files(directory)
+    if skipped:
+        log.warning("not read as policies (only .yaml and .yml files are): %s",
+                    ", ".join(str(p.relative_to(directory)) for p in skipped))
