@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,18 @@ async def test_an_admission_without_findings_gets_no_audit_annotation_nor_info_l
         response = (await webhook.review("/validate", sent))["response"]
     assert response["allowed"] and "auditAnnotations" not in response
     assert not [r for r in caplog.records if r.name == "webhook.server.handlers"]
+
+
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("DEBUG", True)])
+def test_urllib3_retry_lines_show_only_when_debugging(level: str, shown: bool) -> None:
+    # while the API server is away the client retries each call and urllib3 says so at WARNING,
+    # three lines a second besides the watch's own; a separate process: configure() is global
+    code = (
+        "import logging\nfrom webhook import logs\n"
+        f"logs.configure({level!r}, 'text')\n"
+        "logging.getLogger('urllib3.connectionpool').warning('Retrying (Retry(total=2)) after connection broken')\n"
+        "logging.getLogger('webhook.cluster.watch').warning('pods: watch failed, retrying in 1.0 s')\n"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert "watch failed" in err
+    assert ("Retrying (Retry" in err) is shown, err

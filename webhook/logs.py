@@ -95,3 +95,6 @@ def configure(level: str, fmt: str = "json") -> None:
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     quiet_protocol_errors()
+    # the kubernetes client's urllib3 retries each failed call and says so at WARNING, three lines
+    # a second while the API server is away; the watch's own line says the same once per backoff
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.DEBUG if level == "DEBUG" else logging.ERROR)
