@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.proc import cpu_seconds  # noqa: E402
+from bench.proc import CLOCK_TICKS, cpu_seconds  # noqa: E402
 from tests import fuzz  # noqa: E402
 from tests.support import corpus_reviews, load_review  # noqa: E402
 
@@ -101,7 +101,7 @@ def machine_busy_seconds() -> float:
     """User and system CPU time of all processes on the machine (every core), from /proc/stat
     (interrupt time left out: the loopback traffic of this run is counted there)."""
     user, nice, system = (int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:4])
-    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+    return (user + nice + system) / CLOCK_TICKS
 
 
 class OtherWork:

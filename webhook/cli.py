@@ -193,7 +193,8 @@ def _policies_check(args: argparse.Namespace) -> int:
             print(problem)
         print(f"{len(exc.problems)} problem(s) in {args.directory}", file=sys.stderr)
         return EXIT_USAGE
-    exceptions = f", {len(policy_set.exceptions)} exceptions" if policy_set.exceptions else ""
+    count = len(policy_set.exceptions)
+    exceptions = f", {count} exception{'s' if count > 1 else ''}" if count else ""
     print(
         f"{args.directory}: {len(policy_set.policies)} policies, {len(policy_set.classes)} workload classes, "
         f"{len(policy_set.kinds)} workload kinds{exceptions}: OK"

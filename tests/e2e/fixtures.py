@@ -34,7 +34,7 @@ AUDIT_POLICY = _labelled_policy("e2e-audit", AUDIT_LABEL, "Pod", """\
     resourceShape: {mode: audit, maxPerPod: 0, nodeCapacity: false}
 """)
 
-#: pods named exempt-* (or generated from that prefix) skip the GPU resource shape, in every namespace
+#: pods named exempt-* (or generated from that prefix) skip the GPU resource shape in the suite's namespaces
 EXEMPT_PREFIX = "exempt-"
 EXCEPTION = f"""\
 apiVersion: gpu-admission.io/v1alpha1
@@ -42,7 +42,7 @@ kind: GPUPolicyException
 metadata: {{name: e2e-exempt-shape}}
 spec:
   exceptions: [{{policy: gpu-validations, rules: [resourceShape]}}]
-  match: {{kinds: [Pod], names: ["{EXEMPT_PREFIX}*"]}}
+  match: {{kinds: [Pod], namespaces: ["e2e-*"], names: ["{EXEMPT_PREFIX}*"]}}
 """
 
 CUDA_124 = "nvcr.io/nvidia/pytorch:24.05-py3"  # CUDA 12.4.1 (FACTS.md §4): driver >= 550.54.15

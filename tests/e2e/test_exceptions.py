@@ -27,8 +27,8 @@ def test_a_named_pod_skips_the_lifted_rule_and_others_do_not(admin: Kube, apiser
 
 
 def test_a_generated_name_is_matched_by_its_prefix(admin: Kube, namespace: str) -> None:
-    # kube-apiserver generates the name after admission: the webhooks see generateName only,
-    # as they do for every pod a controller creates
+    # kube-apiserver calls the mutating webhook with generateName only and makes the name before
+    # the validating one, as for every pod a controller creates: both see it named by exempt-*
     generated = pod("", namespace, BAD_MIG)
     del generated["metadata"]["name"]
     generated["metadata"]["generateName"] = f"{EXEMPT_PREFIX}worker-"

@@ -27,6 +27,8 @@ class Findings:
 
     findings: list[Finding] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    #: policy → the rules exceptions lifted where they would have run (None until one did)
+    lifted: dict[str, set[str]] | None = None
 
 
 _NO_SLOTS: gpu.Slots = {}

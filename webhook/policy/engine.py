@@ -94,7 +94,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         # a claim has no pod spec: only its own validations apply
         if phase != "validate":
             return ALLOW
-        lifted = _lifted(policies, request, obj) if policies.exceptions else _NOTHING_LIFTED
+        lifted = _lifted(policies, request, obj) if policies.exceptions else {}
         decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace), lifted)
     else:
         decision = _evaluate(policies, request, obj, paths, view, phase)
@@ -206,33 +206,53 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
     return plans
 
 
-_NOTHING_LIFTED: match.Lifted = {}
-
-
 def _lifted(policies: PolicySet, request: Request, obj: dict[str, Any]) -> match.Lifted:
     return match.lifted(policies.exceptions, request.group, request.kind, request.namespace, obj)
 
 
-def _without_lifted(policies: PolicySet, plan: _PolicyPlan, lifted: match.Lifted) -> _PolicyPlan | None:
-    """The plan less the rules exceptions lift for this object; None when none is left."""
+def _lifted_plans(policies: PolicySet, plans: _Plans, lifted: match.Lifted) -> _Plans:
+    """The plans less the rules exceptions lift for one object (worked out once per plans and lift).
+
+    A plan that lost rules starts with a step noting them, so that what was lifted is known
+    only where the plan would have run (its class, GPU-ness and namespace conditions held).
+    """
+    key = ("lifted", id(plans), frozenset(lifted.items()))  # (plans live as long as the memo: ids stay theirs)
+    found = policies.memo.get(key)
+    if found is None:
+        found = policies.memo[key] = _Plans(tuple(_without(plan, lifted) for plan in plans.policies))
+    result: _Plans = found
+    return result
+
+
+def _without(plan: _PolicyPlan, lifted: match.Lifted) -> _PolicyPlan:
     name = plan.policy.metadata.name
     if name not in lifted:
         return plan
-    rules = lifted[name]
-    if rules is None:  # every rule of the policy
-        return None
-    key = ("lifted", id(plan), rules)  # (plans live as long as the memo: their ids are not reused meanwhile)
-    if key not in policies.memo:
-        keep = [i for i, step in enumerate(plan.rules) if step[2][0] not in rules]
-        dry = tuple(plan.dry[i] for i in keep) if plan.dry is not None else None
-        if len(keep) == len(plan.rules):  # it lifts rules this plan does not run: the plan as it is
-            policies.memo[key] = plan
-        else:
-            policies.memo[key] = replace(
-                plan, rules=tuple(plan.rules[i] for i in keep), dry=dry if dry and any(dry) else None,
-            ) if keep else None
-    found: _PolicyPlan | None = policies.memo[key]
-    return found
+    rules = lifted[name]  # None: every rule of the policy
+    keep = [i for i, step in enumerate(plan.rules) if rules is not None and step[2][0] not in rules]
+    if len(keep) == len(plan.rules):  # it lifts rules this plan does not run
+        return plan
+    removed = tuple(step[2][0] for i, step in enumerate(plan.rules) if i not in keep)
+    note: _Step = (_note_lifted, removed, ("", "enforce", name))
+    dry = (False, *(plan.dry[i] for i in keep)) if plan.dry is not None else None
+    return replace(plan, rules=(note, *(plan.rules[i] for i in keep)), dry=dry if dry and any(dry) else None)
+
+
+def _note_lifted(ctx: RuleContext, removed: tuple[str, ...]) -> None:
+    """The first step of a plan that lost rules: note them (the sink's map is made on first use)."""
+    sink = ctx.sink
+    noted = getattr(sink, "lifted", None)
+    if noted is None:
+        noted = sink.lifted = {}
+    noted.setdefault(ctx.step[2], set()).update(removed)
+
+
+def _lifting(policies: PolicySet, request: Request, obj: dict[str, Any], sink: Findings) -> tuple[str, ...]:
+    """The exceptions that lifted a rule which would have run."""
+    noted = getattr(sink, "lifted", None)
+    if not noted:
+        return ()
+    return match.lifting(policies.exceptions, request.group, request.kind, request.namespace, obj, noted)
 
 
 def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
@@ -270,13 +290,14 @@ def _evaluate(
     if not with_claims:  # (after the return above: a pod without GPUs does not pay for it)
         device_classes, claims = policies.device_classes, [None] * len(targets)
     plans = _plans(policies, request.group, request.kind, phase)
-    lifted = _lifted(policies, request, obj) if policies.exceptions else _NOTHING_LIFTED
-    used: list[str] = []  # the policies whose rules exceptions lifted
+    lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
+    if lifted:
+        plans = _lifted_plans(policies, plans, lifted)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
     # the dataclass's __init__ is a Python call with default factories: set its two slots here
     sink = _new_object(Findings)
-    sink.findings, sink.changes = [], []
+    sink.findings, sink.changes = [], []  # (and ``lifted`` only where an exception lifted rules)
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
         ctx = _context(
@@ -288,13 +309,6 @@ def _evaluate(
                 plan.policy, request.group, request.kind, request.namespace, ns_labels
             ):
                 continue
-            if lifted:
-                kept = _without_lifted(policies, plan, lifted)
-                if kept is not plan:
-                    used.append(plan.policy.metadata.name)
-                if kept is None:
-                    continue
-                plan = kept
             _run_plan(ctx, plan, slots[0])
     else:
         contexts: list[RuleContext | None] = [None] * len(targets)
@@ -303,13 +317,6 @@ def _evaluate(
                 plan.policy, request.group, request.kind, request.namespace, ns_labels
             ):
                 continue
-            if lifted:
-                kept = _without_lifted(policies, plan, lifted)
-                if kept is not plan:
-                    used.append(plan.policy.metadata.name)
-                if kept is None:
-                    continue
-                plan = kept
             for index, target in enumerate(targets):
                 if plan.gpu_only and not gpu_pods[index]:
                     continue
@@ -323,10 +330,10 @@ def _evaluate(
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
-    exceptions = match.lifting(
-        policies.exceptions, request.group, request.kind, request.namespace, obj, used,
-    ) if used else ()
-    return _decide(builder, sink, summary, exceptions)
+    decision = _decide(builder, sink, summary)
+    if lifted:
+        decision = decision._replace(exceptions=_lifting(policies, request, obj, sink))
+    return decision
 
 
 def _context(
@@ -431,7 +438,7 @@ def _summary(changes: list[Change]) -> str:
     return f"{','.join(dict.fromkeys(parts))}; policy={','.join(dict.fromkeys(owners))}"
 
 
-def _decide(builder: PatchBuilder, sink: Findings, summary: str, exceptions: tuple[str, ...]) -> Decision:
+def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
     findings = tuple(sink.findings)
     warnings = []
     allowed = True
@@ -444,5 +451,5 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str, exceptions: tup
         warnings.insert(0, f"gpu-admission mutated: {summary}")
     # allowed, patch, warnings, findings, changes, patched, exceptions: Decision(...) without the
     # named tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
-    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc, exceptions)
+    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc, ())
     return _new_tuple(Decision, fields)

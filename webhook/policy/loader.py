@@ -252,7 +252,7 @@ def _assemble(documents: list[tuple[_Source, Any]], problems: list[str]) -> Poli
     _check_match_kinds(documents, kinds, problems)
     _check_workload_classes(documents, {c.spec.workloadClass or c.metadata.name for c in classes}, problems)
     exceptions = [(source, d) for source, d in documents if isinstance(d, schema.GPUPolicyException)]
-    _check_exceptions(exceptions, {p.metadata.name: p for p in policies}, problems)
+    _check_exceptions(exceptions, {p.metadata.name: p for p in policies}, _known_kinds(kinds), problems)
     return PolicySet(
         policies=tuple(policies),
         classes=tuple(classes),
@@ -269,7 +269,7 @@ def _check_match_kinds(
     A misspelt kind (``Deploymnet``) or Kyverno's ``group/version/Kind`` form would
     otherwise switch the policy off (or an exception off) for that kind without a word.
     """
-    known = [*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)]
+    known = _known_kinds(kinds)
     for source, doc in documents:
         if not isinstance(doc, (schema.GPUPolicy, schema.GPUPolicyException)):
             continue
@@ -282,20 +282,26 @@ def _check_match_kinds(
                 )
 
 
+def _known_kinds(kinds: dict[tuple[str, str], KindPaths]) -> list[tuple[str, str]]:
+    """(group, kind) of every kind a policy may name: those with pod specs, and DRA claims."""
+    return [*kinds, *((dra.GROUP, kind) for kind in dra.CLAIM_KINDS)]
+
+
 def _where(source: _Source, doc: Any) -> str:
     return f"{source.path}: document {source.index + 1} ({doc.kind} {doc.metadata.name})"
 
 
 def _check_exceptions(
     exceptions: list[tuple[_Source, schema.GPUPolicyException]], policies: dict[str, schema.GPUPolicy],
-    problems: list[str],
+    known: list[tuple[str, str]], problems: list[str],
 ) -> None:
-    """An exception lifts rules that exist: a policy loaded here, a rule that policy has.
+    """An exception lifts rules that exist: a policy loaded here, a rule that policy has, on kinds it applies to.
 
     A misspelt name would otherwise lift nothing, and the object it was written for
     would stay refused with no word of why.
     """
     for source, doc in exceptions:
+        kinds = doc.spec.match.kinds
         for i, entry in enumerate(doc.spec.exceptions):
             policy = policies.get(entry.policy)
             if policy is None:
@@ -304,6 +310,12 @@ def _check_exceptions(
                     f"(known: {', '.join(sorted(policies)) or 'none'})"
                 )
                 continue
+            theirs = policy.spec.match.kinds
+            if kinds and all(any(kind_matches((k,), g, n) for g, n in known) for k in kinds) and not any(kind_matches(kinds, g, k) and kind_matches(theirs, g, k) for g, k in known):
+                problems.append(
+                    f"{_where(source, doc)}: spec.match.kinds: GPUPolicy {entry.policy} applies to "
+                    f"{', '.join(theirs)} only: this exception's kinds lift nothing of it"
+                )
             has = [name for name in schema.Rules.model_fields if getattr(policy.spec.rules, name) is not None]
             for j, rule in enumerate(entry.rules):
                 if rule not in has:

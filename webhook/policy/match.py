@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
@@ -67,19 +67,33 @@ Lifted = dict[str, "frozenset[str] | None"]
 def covering(
     exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any]
 ) -> list[schema.GPUPolicyException]:
-    """The exceptions that name this object.
-
-    An object is named by ``metadata.name``, or by ``metadata.generateName`` when it has no
-    name yet: kube-apiserver makes a generated name only after admission, so a pod that a
-    controller creates comes with its prefix (``trainer-7d9f-``) and no name.
-    """
+    """The exceptions that name this object."""
     meta = obj.get("metadata")
-    name = str(meta.get("name") or meta.get("generateName") or "") if type(meta) is dict else ""
+    name = generated = ""
+    if type(meta) is dict:
+        name = str(meta.get("name") or "")
+        generated = "" if name else str(meta.get("generateName") or "")
     return [
         e for e in exceptions
         if (not e.spec.match.kinds or kind_matches(e.spec.match.kinds, group, kind))
-        and name_matches(e.spec.match.namespaces, namespace) and name_matches(e.spec.match.names, name)
+        and name_matches(e.spec.match.namespaces, namespace) and _names_object(e.spec.match.names, name, generated)
     ]
+
+
+def _names_object(patterns: Sequence[str], name: str, generated: str) -> bool:
+    """Do the name patterns name this object? (Empty patterns name every object.)
+
+    kube-apiserver generates a name from ``generateName`` after the mutating webhooks and
+    before the validating ones, so the pods a controller creates reach the first with a prefix
+    only (``trainer-7d9f4-``). A prefix is named only by a pattern ending in ``*`` that it
+    matches: then every name made from it matches too, and both webhooks agree (an exact
+    name never names a prefix, which could become any number of objects).
+    """
+    if not patterns:
+        return True
+    if name:
+        return any(fnmatchcase(name, p) for p in patterns)
+    return bool(generated) and any(p.endswith("*") and fnmatchcase(generated, p) for p in patterns)
 
 
 def lifted(
@@ -97,13 +111,13 @@ def lifted(
 
 def lifting(
     exceptions: Sequence[schema.GPUPolicyException], group: str, kind: str, namespace: str, obj: Mapping[str, Any],
-    policies: Iterable[str],
+    removed: Mapping[str, AbstractSet[str]],
 ) -> tuple[str, ...]:
-    """The names of the exceptions naming this object that lift rules of these policies."""
-    wanted = set(policies)
+    """The names of the exceptions naming this object that lift one of the ``removed`` rules (policy → rules)."""
     return tuple(
         e.metadata.name for e in covering(exceptions, group, kind, namespace, obj)
-        if any(entry.policy in wanted for entry in e.spec.exceptions)
+        if any(entry.policy in removed and (not entry.rules or not removed[entry.policy].isdisjoint(entry.rules))
+               for entry in e.spec.exceptions)
     )
 
 

@@ -215,19 +215,24 @@ class LiftedRules(Model):
 class ExceptionMatch(Model):
     """The objects an exception covers. Every given field must match (AND); lists are ORs."""
 
-    namespaces: list[str] = Field(default=[], description="namespace names; shell globs allowed")
+    namespaces: list[str] = Field(default=[], description="namespace names (required); shell globs allowed")
     names: list[str] = Field(
-        default=[], description="object names (metadata.name, else metadata.generateName); shell globs allowed",
+        default=[], description="object names; shell globs allowed (a generateName prefix: only by a pattern ending in *)",
     )
     kinds: list[str] = Field(default=[], description="as a policy's match.kinds; empty: every kind")
 
     @model_validator(mode="after")
-    def _named(self) -> ExceptionMatch:
-        if not self.namespaces and not self.names:
+    def _in_namespaces(self) -> ExceptionMatch:
+        # names (and generateName prefixes) are chosen by whoever creates the object: only the
+        # namespaces, whose writers the platform grants, bound who an exception trusts
+        if not self.namespaces:
             raise ValueError(
-                "give namespaces or names (or both): an exception for every object is a rule switched off; "
-                "set that rule's mode: off instead"
+                "give namespaces: object names are chosen by whoever creates the object, so an exception "
+                "by names alone would hold in every namespace"
             )
+        for pattern in self.namespaces:
+            if not pattern.strip("*"):
+                raise ValueError(f"namespace pattern {pattern!r} matches every namespace: list the namespaces")
         return self
 
 

@@ -82,7 +82,7 @@ def judge(
     base = "spec.spec" if request.kind == "ResourceClaimTemplate" else "spec"
     requests = dra.requests_of(dra.claim_spec(obj), base)
     findings: list[Finding] = []
-    used: list[str] = []  # the policies whose draClaims rule an exception lifted
+    removed: dict[str, set[str]] = {}  # the policies whose draClaims rule an exception lifted
     for policy in policies.active_policies:
         cfg = policy.spec.rules.draClaims
         if cfg is None or cfg.mode == "off":
@@ -92,7 +92,7 @@ def judge(
         if policy.metadata.name in lifted:
             rules = lifted[policy.metadata.name]
             if rules is None or "draClaims" in rules:
-                used.append(policy.metadata.name)
+                removed[policy.metadata.name] = {"draClaims"}
                 continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
         _check(claim, requests, claim_gpus.ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
@@ -100,8 +100,8 @@ def judge(
     allowed = not any(f.mode == "enforce" for f in findings)
     warnings = tuple(f.text() for f in findings if f.mode == "warn")
     exceptions = match.lifting(
-        policies.exceptions, request.group, request.kind, request.namespace, obj, used,
-    ) if used else ()
+        policies.exceptions, request.group, request.kind, request.namespace, obj, removed,
+    ) if removed else ()
     return Decision(allowed, (), warnings, tuple(findings), (), None, exceptions)
 
 
