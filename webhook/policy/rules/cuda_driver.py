@@ -267,9 +267,24 @@ def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
     values = sorted({scheduling.node_labels(n).get(cuda.DRIVER_FULL, "") for n in nodes.capable} - {""})
     if not nodes.incapable or not values:
         return
-    wanted = {"key": cuda.DRIVER_FULL, "operator": "In", "values": values}
-    if affinity.require(ctx.builder, ctx.target.spec_path, wanted).added:
+    if affinity.require_any(ctx.builder, ctx.target.spec_path, _steering(values, needs)).added:
         ctx.changed("nodeAffinity")
+
+
+def _steering(values: Sequence[str], needs: Sequence[_Need]) -> list[list[dict[str, Any]]]:
+    """Where the pod may go, as alternatives (ORed): the capable drivers known now, or any newer branch
+    or newer release of the oldest branch that runs every container natively.
+
+    A driver newer than the native minimum always runs the image (drivers are backward compatible),
+    so a rolling driver upgrade keeps a still-Pending pod schedulable; the exact versions stay for
+    what only they allow (forward compatibility on an older branch)."""
+    major, minor, _ = max(need.driver for need in needs).parts
+    return [
+        [{"key": cuda.DRIVER_FULL, "operator": "In", "values": list(values)}],
+        [{"key": cuda.DRIVER_MAJOR, "operator": "Gt", "values": [str(major)]}],
+        [{"key": cuda.DRIVER_MAJOR, "operator": "In", "values": [str(major)]},
+         {"key": cuda.DRIVER_MINOR, "operator": "Gt", "values": [str(minor)]}],
+    ]
 
 
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
