@@ -229,13 +229,12 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
     top = max(needs, key=lambda n: n.driver)
     where, path = ctx.where(top.ref), _field(ctx, top.ref)
     wants = f"CUDA {top.version} ({top.source}) needs driver >= {top.driver}"
-    audit = severity.weaker(ctx.mode, "audit")
     if not nodes.eligible:
-        ctx.report(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
-                   "requests, so no driver was checked", path, mode=audit)
+        ctx.note(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
+                 "requests, so no driver was checked", path, result="skip")
     elif not known:
-        ctx.report(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
-                   "driver-version label (GPU Feature Discovery), so none was checked", path, mode=audit)
+        ctx.note(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
+                 "driver-version label (GPU Feature Discovery), so none was checked", path, result="skip")
     elif not nodes.capable:
         newest = nodes.newest(nodes.incapable)
         message = (f"{where}: {wants}; the newest driver on the {nodes.size(known)} node(s) it could land on is "
@@ -254,7 +253,7 @@ def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> 
         # not run, or the capable nodes lack the full driver-version label
         severity.report(ctx, "warn", f"{message}, and it was not steered onto them", path)
     else:
-        ctx.report(f"{message}; its pods will be steered onto them", path, mode=severity.weaker(ctx.mode, "audit"))
+        ctx.note(f"{message}; its pods will be steered onto them", path, result="pass")
 
 
 def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
