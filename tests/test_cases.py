@@ -65,7 +65,7 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
     if "changes" in expect:
         assert sorted({c.what for c in decision.changes}) == sorted(expect["changes"])
     if "findings" in expect:
-        assert sorted(f"{f.rule}:{f.mode}" for f in decision.findings) == sorted(expect["findings"])
+        assert sorted(f"{f.rule}:{f.label}" for f in decision.findings) == sorted(expect["findings"])
     patched = apply_patch(obj, decision.patch)
     assert patched == (decision.patched if decision.patch else obj)
     for path, value in expect.get("values", {}).items():

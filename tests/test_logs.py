@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
 from webhook import logs, review
+from webhook.policy.view import SnapshotView
+from webhook.server import keys
 
 
 def render(record: logging.LogRecord) -> dict[str, object]:
@@ -118,3 +120,23 @@ def test_urllib3_retry_lines_show_only_when_debugging(level: str, shown: bool) -
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert "watch failed" in err
     assert ("Retrying (Retry" in err) is shown, err
+
+
+async def test_a_note_is_no_audit_finding_nor_info_line_nor_audit_metric(
+    start_webhook: StartWebhook, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a GPU pod on a cluster where the webhook sees no GPU node: cudaDriver notes it checked no driver
+    view = SnapshotView.from_objects([{"kind": "Node", "metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "8"}}}])
+    hook = await start_webhook(view=view)
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    container = sent["request"]["object"]["spec"]["containers"][0]
+    container["image"] = "nvidia/cuda:12.6.3-runtime-ubuntu22.04"
+    container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        response = (await hook.review("/validate", sent))["response"]
+    assert response["allowed"] and "auditAnnotations" not in response, response
+    assert not [r for r in caplog.records if r.name == "webhook.server.handlers"]
+    with caplog.at_level(logging.DEBUG, logger="webhook"):
+        await hook.review("/validate", sent)
+    assert "gpu-validations/cudaDriver" in json.dumps([render(r) for r in caplog.records]), "the note was there"
+    assert 'rule="cudaDriver"' not in hook.app[keys.METRICS].render().decode()

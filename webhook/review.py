@@ -153,7 +153,7 @@ def audit_findings(decision: Decision) -> list[str]:
     A JSON list in one annotation: the audit event keeps it as one string an operator
     greps for the rule, or reads with jq's ``fromjson``.
     """
-    return limit_warnings(f.text() for f in decision.findings if f.mode == "audit")
+    return limit_warnings(f.text() for f in decision.findings if f.audited)
 
 
 def encode_patch(ops: Any) -> str:

@@ -188,3 +188,44 @@ def test_policyreport_skips_gpu_only_policies_per_object(capsys: pytest.CaptureF
     assert by_pod["web"] >= {"skip"} and "skip" not in by_pod["trainer"] | by_pod["second"]
     skipped = {r["policy"] for r in ml_a["results"] if r["result"] == "skip"}
     assert "gpu-defaults" in skipped and "gpu-access-guard" not in skipped  # gpuOnly: false there
+
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: trainers, namespace: ml-a}
+spec:
+  selector: {matchLabels: {app: t}}
+  template:
+    metadata: {labels: {app: t}}
+    spec:
+      containers:
+        - name: c
+          image: pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime
+          resources: {limits: {nvidia.com/gpu: 1}}
+"""
+CPU_NODE = "apiVersion: v1\nkind: Node\nmetadata: {name: cpu-1}\nstatus: {allocatable: {cpu: '8'}}\n"
+
+
+def _cuda_results(out: str) -> list[dict[str, Any]]:
+    return [r for report in yaml.safe_load(out)["items"] for r in report["results"]
+            if r["policy"] == "gpu-validations" and r["rule"] == "cudaDriver"]
+
+
+def test_notes_are_pass_or_skip_in_a_policyreport_not_fail(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # a template whose pods will be steered: nothing wrong with it
+    path = write(tmp_path / "deploy.yaml", DEPLOYMENT)
+    _, out, _ = audit(capsys, "--cluster-state", str(CLUSTER), "-o", "policyreport", str(path))
+    [steered] = _cuda_results(out)
+    assert steered["result"] == "pass" and "its pods will be steered onto them" in steered["message"], steered
+    # a cluster where no node could take the pod: nothing was checked
+    nodes = write(tmp_path / "cluster" / "nodes.yaml", CPU_NODE)
+    pod = write(tmp_path / "pod.yaml", GPU_POD)
+    _, out, _ = audit(capsys, "--cluster-state", str(nodes.parent), "-o", "policyreport", str(pod))
+    [unchecked] = _cuda_results(out)
+    assert unchecked["result"] == "skip" and "no driver was checked" in unchecked["message"], unchecked
+    _, out, _ = audit(capsys, "--cluster-state", str(nodes.parent), "-o", "json", str(pod))
+    report = json.loads(out)
+    _validate(REPORT_SCHEMA, report)
+    [note] = [f for f in report["results"][0]["findings"] if f["rule"] == "cudaDriver"]
+    assert note["mode"] == "note"

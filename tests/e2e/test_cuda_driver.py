@@ -8,12 +8,14 @@ a pool of its own that its pods select.
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 import pytest
 
 from tests.e2e.admission import Admission
 from tests.e2e.fixtures import TOLERATE_GPU, gpu_container, gpu_node, pod, register_node
 from tests.e2e.kube import Kube, Object, Refused
+from webhook.policy import scheduling
 
 CUDA_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"  # needs driver >= 550.54.15 (FACTS.md §1)
 DRIVER_FIELD = "nvidia.com/cuda.driver-version.full"
@@ -63,5 +65,11 @@ def test_a_pool_of_mixed_drivers_steers_the_pod_onto_the_capable_ones(
     required = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     expressions = [e for term in required["nodeSelectorTerms"] for e in term["matchExpressions"]
                    if e["key"] == DRIVER_FIELD]
-    assert len(expressions) == len(required["nodeSelectorTerms"]) == 1
+    # the pool's selector stays in each term: the capable drivers, or a newer branch or 550 release
+    assert len(required["nodeSelectorTerms"]) == 3 and len(expressions) == 1
     assert expressions[0]["operator"] == "In" and sorted(expressions[0]["values"]) == ["550.54.15", "550.90.07"]
+    # after a rolling driver upgrade the stored pod still matches the upgraded nodes, and not the old one
+    upgraded = [gpu_node(f"{pool}-{i}", driver, extra_labels={"e2e-pool": pool})
+                for i, driver in enumerate(["535.104.05", "575.57.08", "550.163.01"])]
+    eligible = scheduling.NodeFilter(stored["spec"], {"nvidia.com/gpu": Decimal(1)}).select(upgraded)
+    assert sorted(scheduling.node_name(n) for n in eligible) == [f"{pool}-1", f"{pool}-2"]

@@ -107,7 +107,7 @@ def outcomes(
 ) -> Iterator[Outcome]:
     """Every enabled rule of every policy that applies to the object, with its result.
 
-    A finding is ``fail`` (enforce, audit) or ``warn``; a rule that ran and
+    A finding is ``fail`` (enforce, audit) or ``warn``, a note what it says (``pass``, ``skip``); a rule that ran and
     found nothing is ``pass`` (a mutation it made is named in the message);
     a GPU-only policy on an object without GPUs, and a rule a GPUPolicyException
     lifts for it, are ``skip``. ``plans`` keeps which rules apply per kind and
@@ -139,7 +139,9 @@ def outcomes(
                 yield Outcome(name, rule, "skip", mode, f"lifted by GPUPolicyException {exception}", phase)
             elif key_ in found:
                 for found_in, f in found[key_]:
-                    yield Outcome(name, rule, "warn" if f.mode == "warn" else "fail", f.mode, f.message, found_in)
+                    # a note is what it says (pass, skip), with the rule's mode; a violation fails or warns
+                    status: Status = f.note or ("warn" if f.mode == "warn" else "fail")
+                    yield Outcome(name, rule, status, mode if f.note else f.mode, f.message, found_in)
             elif gpu_only and not has_gpu:
                 yield Outcome(name, rule, "skip", mode, "no GPU requested", phase)
             elif key_ in changed:

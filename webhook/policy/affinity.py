@@ -102,6 +102,47 @@ def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expre
     return Merge(added=added)
 
 
+def require_any(builder: PatchBuilder, spec_path: Sequence[str | int], alternatives: Sequence[Sequence[Expression]]) -> Merge:
+    """AND the OR of ``alternatives`` (each a list of expressions, ANDed) into the required node affinity.
+
+    Terms are ORed, so each of the pod's terms (the nodeSelector ANDed in) that satisfies no
+    alternative yet becomes one term per alternative it does not contradict. A term that
+    already carries one (this merge's own output, on a second pass) is left alone.
+    """
+    pinned = [_selector_as_expression(k, v) for k, v in submap(builder.get(spec_path), "nodeSelector").items()]
+    terms_path = (*spec_path, *REQUIRED)
+    terms = builder.get(terms_path)
+    theirs: list[Any] = list(terms) if isinstance(terms, list) and terms else [{}]
+    merged: list[Any] = []
+    for term in theirs:
+        if not isinstance(term, dict):
+            merged.append(term)  # matches no node (the scheduler's view): nothing to narrow
+            continue
+        have = [e for e in sublist(term, "matchExpressions") if isinstance(e, dict)] + pinned
+        fits = [_alternative_relation(have, alt) for alt in alternatives]
+        if "implies" in fits:
+            merged.append(term)
+            continue
+        # a term contradicting every alternative gets the first: left alone it would let the
+        # pod onto nodes the policy rules out; ANDed, it simply matches nothing
+        usable = [alt for alt, fit in zip(alternatives, fits) if fit != "conflicts"] or list(alternatives[:1])
+        own = sublist(term, "matchExpressions")
+        merged.extend({**term, "matchExpressions": [*own, *map(dict, alt)]} for alt in usable)
+    if merged == theirs:
+        return Merge()
+    builder.set(terms_path, merged)
+    return Merge(added=True)
+
+
+def _alternative_relation(have: Sequence[Expression], alternative: Sequence[Expression]) -> str:
+    """"implies" when ``have`` (ANDed) implies every expression of ``alternative``; "conflicts"
+    when it contradicts one; "independent" otherwise."""
+    relations = [_term_relation({"matchExpressions": list(have)}, wanted) for wanted in alternative]
+    if all(r == "implies" for r in relations):
+        return "implies"
+    return "conflicts" if "conflicts" in relations else "independent"
+
+
 def prefer(builder: PatchBuilder, spec_path: Sequence[str | int], weight: int, expressions: Sequence[Expression]) -> bool:
     """Add a preferred scheduling term unless an identical one is there."""
     path = (*spec_path, *PREFERRED)

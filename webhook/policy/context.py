@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from webhook.policy import gpu, match, schema
 from webhook.policy.claim_gpus import ClusterClasses, PodClaims
@@ -196,6 +196,10 @@ class RuleContext:
         self.sink.findings.append(
             Finding(self.policy.metadata.name, self.rule, mode or self.mode, message, field_path)
         )
+
+    def note(self, message: str, field_path: str = "", *, result: Literal["pass", "skip"]) -> None:
+        """Record an informational note: reported as ``result``, never a denial, warning or audit finding."""
+        self.sink.findings.append(Finding(self.policy.metadata.name, self.rule, "audit", message, field_path, result))
 
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""

@@ -164,8 +164,10 @@ def min_driver(
 
 #: GFD node labels for the driver version (FACTS.md §2): current, then deprecated.
 DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
+DRIVER_MAJOR = "nvidia.com/cuda.driver-version.major"
+DRIVER_MINOR = "nvidia.com/cuda.driver-version.minor"
 _DRIVER_PARTS = (
-    ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver-version.minor", "nvidia.com/cuda.driver-version.revision"),
+    (DRIVER_MAJOR, DRIVER_MINOR, "nvidia.com/cuda.driver-version.revision"),
     ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"),
 )
 

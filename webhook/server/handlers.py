@@ -109,7 +109,7 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     if decision.exceptions:
         metrics.count_exceptions(endpoint, decision.exceptions)
     level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
-    if level == logging.DEBUG and decision.findings and any(f.mode == "audit" for f in decision.findings):
+    if level == logging.DEBUG and decision.findings and any(f.audited for f in decision.findings):
         # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it
         outcome, level = "audit", logging.INFO
     if not log.isEnabledFor(level):  # the usual case: no line, so no fields worked out for one

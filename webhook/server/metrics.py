@@ -110,8 +110,10 @@ class Metrics:
         _child(self._latency_children, self.latency, key).observe(seconds)
 
     def count_findings(self, findings: Iterable[Finding]) -> None:
-        """Count rule findings by policy, rule and mode."""
+        """Count rule findings by policy, rule and mode (violations: a note is no finding of its mode)."""
         for finding in findings:
+            if finding.note:
+                continue
             _child(self._finding_children, self.findings, (finding.policy, finding.rule, finding.mode)).inc()
 
     def count_exceptions(self, endpoint: str, names: Iterable[str]) -> None:

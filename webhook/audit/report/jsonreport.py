@@ -56,7 +56,7 @@ def _result(result: Result) -> dict[str, Any]:
         "verdict": result.verdict,
         "allowed": not result.denied,
         "findings": [
-            {"phase": phase, "policy": f.policy, "rule": f.rule, "mode": f.mode, "message": f.message, "field": f.field}
+            {"phase": phase, "policy": f.policy, "rule": f.rule, "mode": f.label, "message": f.message, "field": f.field}
             for phase, findings in (("mutate", result.mutation.findings), ("validate", result.validation.findings))
             for f in findings
         ],

@@ -43,7 +43,7 @@ def _block(result: Result, paint: Callable[[str], str]) -> list[str]:
     changes = list(dict.fromkeys(c.what for c in result.mutation.changes))
     if changes:
         lines.append(f"{_INDENT}would set: {', '.join(changes)}")
-    lines.extend(f"{_INDENT}{f.mode:7} {f.text()}" for f in result.findings)
+    lines.extend(f"{_INDENT}{f.label:7} {f.text()}" for f in result.findings)
     return lines
 
 

@@ -229,13 +229,12 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
     top = max(needs, key=lambda n: n.driver)
     where, path = ctx.where(top.ref), _field(ctx, top.ref)
     wants = f"CUDA {top.version} ({top.source}) needs driver >= {top.driver}"
-    audit = severity.weaker(ctx.mode, "audit")
     if not nodes.eligible:
-        ctx.report(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
-                   "requests, so no driver was checked", path, mode=audit)
+        ctx.note(f"{where}: {wants}; no known node matches this pod's selectors, tolerations and GPU "
+                 "requests, so no driver was checked", path, result="skip")
     elif not known:
-        ctx.report(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
-                   "driver-version label (GPU Feature Discovery), so none was checked", path, mode=audit)
+        ctx.note(f"{where}: {wants}; none of the {nodes.size(nodes.eligible)} nodes it could land on has a "
+                 "driver-version label (GPU Feature Discovery), so none was checked", path, result="skip")
     elif not nodes.capable:
         newest = nodes.newest(nodes.incapable)
         message = (f"{where}: {wants}; the newest driver on the {nodes.size(known)} node(s) it could land on is "
@@ -254,7 +253,7 @@ def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> 
         # not run, or the capable nodes lack the full driver-version label
         severity.report(ctx, "warn", f"{message}, and it was not steered onto them", path)
     else:
-        ctx.report(f"{message}; its pods will be steered onto them", path, mode=severity.weaker(ctx.mode, "audit"))
+        ctx.note(f"{message}; its pods will be steered onto them", path, result="pass")
 
 
 def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
@@ -267,9 +266,24 @@ def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
     values = sorted({scheduling.node_labels(n).get(cuda.DRIVER_FULL, "") for n in nodes.capable} - {""})
     if not nodes.incapable or not values:
         return
-    wanted = {"key": cuda.DRIVER_FULL, "operator": "In", "values": values}
-    if affinity.require(ctx.builder, ctx.target.spec_path, wanted).added:
+    if affinity.require_any(ctx.builder, ctx.target.spec_path, _steering(values, needs)).added:
         ctx.changed("nodeAffinity")
+
+
+def _steering(values: Sequence[str], needs: Sequence[_Need]) -> list[list[dict[str, Any]]]:
+    """Where the pod may go, as alternatives (ORed): the capable drivers known now, or any newer branch
+    or newer release of the oldest branch that runs every container natively.
+
+    A driver newer than the native minimum always runs the image (drivers are backward compatible),
+    so a rolling driver upgrade keeps a still-Pending pod schedulable; the exact versions stay for
+    what only they allow (forward compatibility on an older branch)."""
+    major, minor, _ = max(need.driver for need in needs).parts
+    return [
+        [{"key": cuda.DRIVER_FULL, "operator": "In", "values": list(values)}],
+        [{"key": cuda.DRIVER_MAJOR, "operator": "Gt", "values": [str(major)]}],
+        [{"key": cuda.DRIVER_MAJOR, "operator": "In", "values": [str(major)]},
+         {"key": cuda.DRIVER_MINOR, "operator": "Gt", "values": [str(minor)]}],
+    ]
 
 
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:
