@@ -93,6 +93,18 @@ def test_a_pod_asking_zero_gpus_is_a_cpu_pod(admin: Kube, namespace: str) -> Non
     assert mixed["spec"]["runtimeClassName"] == "nvidia"
 
 
+def test_a_root_pod_keeps_root_whole(admin: Kube, namespace: str) -> None:
+    """runAsUser 0 on the pod: its containers keep root's capabilities; the pod gets no group or fsGroup."""
+    stored = admin.create(pod("root", namespace, gpu_container(), {"name": "user", "image": "x"} | {
+        "securityContext": {"runAsUser": 1000}}, securityContext={"runAsUser": 0}))
+    security = stored["spec"]["securityContext"]
+    assert security["runAsUser"] == 0 and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not {"runAsNonRoot", "runAsGroup", "fsGroup", "fsGroupChangePolicy"} & security.keys(), security
+    train, user = stored["spec"]["containers"]
+    assert train["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert user["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # it chose another user
+
+
 def test_each_workload_class_gets_its_priority_over_a_global_default(admin: Kube, namespace: str) -> None:
     default = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                "metadata": {"name": "e2e-everyone"}, "value": 1000, "globalDefault": True}
