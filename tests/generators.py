@@ -32,7 +32,8 @@ def containers(draw: Any, prefix: str, count: int, gpu_possible: bool) -> list[d
         c: dict[str, Any] = {"name": f"{prefix}{i}", "image": draw(st.sampled_from(["nvidia/cuda:12.4.1-base-ubuntu22.04", "busybox:1.36", "nvcr.io/nvidia/pytorch:24.05-py3"]))}
         limits: dict[str, Any] = {}
         if gpu_possible and draw(st.booleans()):
-            limits[draw(st.sampled_from(GPU_RESOURCES))] = str(draw(st.integers(1, 8)))
+            # (0 too: a chart's CPU mode, which is no GPU)
+            limits[draw(st.sampled_from(GPU_RESOURCES))] = str(draw(st.integers(0, 8)))
         if draw(st.booleans()):
             limits["memory"] = draw(st.sampled_from(MEMORY))
         if limits:
@@ -41,7 +42,9 @@ def containers(draw: Any, prefix: str, count: int, gpu_possible: bool) -> list[d
                 c["resources"]["requests"] = dict(limits)
         if draw(st.integers(0, 4)) == 0:
             c["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-        sc = draw(st.sampled_from([None, {"runAsUser": 0}, {"privileged": True}, {"capabilities": {"drop": ["NET_RAW"]}},
+        sc = draw(st.sampled_from([None, {"runAsUser": 0}, {"runAsNonRoot": False}, {"runAsUser": 1000},
+                                   {"runAsUser": 0, "capabilities": {"add": ["NET_ADMIN"]}},
+                                   {"privileged": True}, {"capabilities": {"drop": ["NET_RAW"]}},
                                    {"allowPrivilegeEscalation": True}, {"seccompProfile": {"type": "RuntimeDefault"}}]))
         if sc is not None:
             c["securityContext"] = sc
@@ -71,7 +74,8 @@ def pod_specs(draw: Any) -> dict[str, Any]:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}
     if draw(st.booleans()):
-        spec["securityContext"] = draw(st.sampled_from([{}, {"runAsUser": 0}, {"runAsNonRoot": True, "runAsUser": 2000}, {"fsGroup": 5}]))
+        spec["securityContext"] = draw(st.sampled_from([{}, {"runAsUser": 0}, {"runAsNonRoot": False},
+                                                        {"runAsNonRoot": True, "runAsUser": 2000}, {"fsGroup": 5}]))
     if draw(st.booleans()):
         spec["runtimeClassName"] = draw(st.sampled_from(["nvidia", "kata"]))
         if draw(st.booleans()):

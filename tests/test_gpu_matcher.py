@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.policy import gpu
+from webhook.cluster.pods import requests_gpu
+from webhook.policy import gpu, quantity
 
 NAMES = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
                          "nvidia.com/mig-", "amd.com/gpu", "example.com/gpu", "ephemeral-storage"]) | st.text(max_size=12)
@@ -43,3 +47,40 @@ def test_gpu_slots_name_each_container_by_its_gpu_resources() -> None:
             ("initContainers", 0): frozenset({"nvidia.com/gpu"}),
             ("containers", 0): frozenset({"nvidia.com/mig-1g.10gb", "nvidia.com/gpu"}),
         }
+
+
+#: quantities as manifests and Helm charts write them: zeros of every spelling, counts, and what does not parse
+QUANTITIES: st.SearchStrategy[object] = st.sampled_from(["0", 0, 0.0, "0m", "0.0", "00", "+0", "-0", " 0", "0Gi", "0e3", "0k",
+                              "1", "4", 8, "1k", "100m", "1e0", "0.5", "-1", "one", "", None, True, [], {}])
+
+
+def _resources(limits: dict[str, object] | None, requests: dict[str, object] | None) -> dict[str, object]:
+    return {k: v for k, v in (("limits", limits), ("requests", requests)) if v is not None}
+
+
+@settings(max_examples=300, deadline=None)
+@given(containers=st.lists(st.tuples(st.none() | st.dictionaries(NAMES, QUANTITIES, max_size=4),
+                                     st.none() | st.dictionaries(NAMES, QUANTITIES, max_size=4)), max_size=4))
+def test_a_gpu_given_as_zero_everywhere_is_no_gpu(containers: list[tuple[dict[str, object] | None, ...]]) -> None:
+    """gpu_slots' shortcut for counts agrees with parsing every quantity, and gpu_names agrees with it."""
+    matcher = gpu.ResourceMatcher.of(gpu.DEFAULT_GPU_RESOURCES)
+    spec = {"containers": [{"name": f"c{i}", "resources": _resources(*maps)} for i, maps in enumerate(containers)]}
+    expected = {}
+    for index, (limits, requests) in enumerate(containers):
+        given = [m for m in (limits, requests) if m is not None]
+        names = {n for m in given for n in m if matcher(n)}
+        held = {n for n in names if any(quantity.parse_quantity(m[n]) != 0 for m in given if n in m)}
+        if held:
+            expected[("containers", index)] = frozenset(held)
+        assert gpu.gpu_names(spec["containers"][index], matcher) == held
+    assert gpu.gpu_slots(spec, matcher) == expected
+
+
+@pytest.mark.parametrize("value", ["0", 0, "0m", "0.0", "0Gi", "00", 0.0])
+def test_zero_gpus_are_no_gpus_to_the_cluster_index(value: object) -> None:
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": value, "cpu": "1"}}
+    pod = {"spec": {"containers": [{"name": "c", "resources": resources}]}}
+    assert gpu.gpu_slots(pod["spec"], gpu.ResourceMatcher.of(gpu.DEFAULT_GPU_RESOURCES)) == {}
+    assert not requests_gpu(pod)
+    resources["requests"] = {"nvidia.com/gpu": "1"}  # (refused by the API server: but not zero everywhere)
+    assert requests_gpu(pod)

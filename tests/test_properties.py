@@ -83,3 +83,38 @@ def test_mutations_apply_validate_repeat_and_keep_user_fields(obj: dict[str, Any
             assert type(now) is type(value), f"user field {path} replaced"
         else:
             assert now == value, f"user field {path} changed"
+
+
+def pod_spec_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Where the pod specs of an object are: the maps holding a list of containers."""
+    if isinstance(node, dict):
+        here = [path] if isinstance(node.get("containers"), list) else []
+        return here + [p for key, value in node.items() for p in pod_spec_paths(value, (*path, key))]
+    if isinstance(node, list):
+        return [p for i, value in enumerate(node) for p in pod_spec_paths(value, (*path, i))]
+    return []
+
+
+def _asks_for_root(sc: Any) -> bool:
+    return isinstance(sc, dict) and (sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=workloads())
+def test_explicit_root_keeps_its_capabilities_and_gets_no_identity(obj: dict[str, Any]) -> None:
+    """Root asked for (runAsUser 0, runAsNonRoot false) on the pod or a container is never half taken away."""
+    decision = engine.evaluate(POLICY_SET, Request.for_object(obj), EMPTY_VIEW, "mutate")
+    patched = apply_patch(obj, decision.patch)
+    for path in pod_spec_paths(obj):
+        spec, after = lookup(obj, path), lookup(patched, path)
+        pod_sc = spec.get("securityContext") or {}
+        containers = [*spec.get("initContainers", []), *spec["containers"]]
+        mutated = [*after.get("initContainers", []), *after["containers"]]
+        if _asks_for_root(pod_sc) or any(_asks_for_root(c.get("securityContext")) for c in containers):
+            for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup"):
+                assert (after.get("securityContext") or {}).get(key) == pod_sc.get(key), key
+        for before, now in zip(containers, mutated):
+            own = before.get("securityContext") or {}
+            chose_user = own.get("runAsUser") is not None or own.get("runAsNonRoot") is True
+            if _asks_for_root(own) or (_asks_for_root(pod_sc) and not chose_user):
+                assert (now.get("securityContext") or {}).get("capabilities") == own.get("capabilities"), before["name"]

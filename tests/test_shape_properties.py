@@ -71,7 +71,8 @@ WRAPPERS: dict[str, Wrap] = {
         "predictor": good, "transformer": bad}),
 }
 
-whole = st.integers(min_value=0, max_value=8).map(str) | st.integers(min_value=0, max_value=8)
+# (zero is no request at all: a chart's "nvidia.com/gpu: 0" is a CPU container, with nothing to find)
+whole = st.integers(min_value=1, max_value=8).map(str) | st.integers(min_value=1, max_value=8)
 fraction = (
     st.tuples(st.integers(0, 7), st.integers(1, 99)).map(lambda t: f"{t[0]}.{t[1]}")
     | st.integers(1, 7999).filter(lambda m: m % 1000).map(lambda m: f"{m}m")

@@ -78,6 +78,33 @@ def test_pods_without_gpus_are_not_touched(admin: Kube, namespace: str) -> None:
     assert "gpu-admission.io/mutated" not in (stored["metadata"].get("annotations") or {})
 
 
+def test_a_pod_asking_zero_gpus_is_a_cpu_pod(admin: Kube, namespace: str) -> None:
+    """A Helm chart's CPU mode (``nvidia.com/gpu: "0"``) on a CUDA image gets no GPU runtime nor toleration."""
+    cpu_mode = {"name": "c", "image": "nvidia/cuda:12.2.2-base-ubuntu22.04",
+                "resources": {"limits": {"nvidia.com/gpu": "0", "cpu": "1"}}}
+    stored = admin.create(pod("cpu-mode", namespace, cpu_mode))
+    assert stored["spec"].get("runtimeClassName") is None
+    assert GPU_TOLERATION not in (stored["spec"].get("tolerations") or [])
+    assert "gpu-admission.io/mutated" not in (stored["metadata"].get("annotations") or {})
+    # beside a GPU container, it is the container without a GPU: it sees none
+    mixed = admin.create(pod("mixed", namespace, gpu_container(), cpu_mode | {"name": "helper"}))
+    helper = next(c for c in mixed["spec"]["containers"] if c["name"] == "helper")
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in helper["env"]
+    assert mixed["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_a_root_pod_keeps_root_whole(admin: Kube, namespace: str) -> None:
+    """runAsUser 0 on the pod: its containers keep root's capabilities; the pod gets no group or fsGroup."""
+    stored = admin.create(pod("root", namespace, gpu_container(), {"name": "user", "image": "x"} | {
+        "securityContext": {"runAsUser": 1000}}, securityContext={"runAsUser": 0}))
+    security = stored["spec"]["securityContext"]
+    assert security["runAsUser"] == 0 and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not {"runAsNonRoot", "runAsGroup", "fsGroup", "fsGroupChangePolicy"} & security.keys(), security
+    train, user = stored["spec"]["containers"]
+    assert train["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert user["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # it chose another user
+
+
 def test_each_workload_class_gets_its_priority_over_a_global_default(admin: Kube, namespace: str) -> None:
     default = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                "metadata": {"name": "e2e-everyone"}, "value": 1000, "globalDefault": True}

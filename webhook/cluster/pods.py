@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import Any
 
+from webhook.policy import gpu
+
 #: An object as parsed from the API server's JSON: a fresh dict, ours to edit.
 Raw = dict[str, Any]
 ResourcePredicate = Callable[[str], bool]
@@ -33,12 +35,14 @@ def is_gpu_resource(name: str) -> bool:
 
 
 def requests_gpu(pod: Mapping[str, Any], is_gpu: ResourcePredicate = is_gpu_resource) -> bool:
-    """Whether any container or init container requests or limits a GPU-like resource."""
+    """Whether any container or init container requests or limits a GPU-like resource (more than zero of it)."""
     spec = pod.get("spec") or {}
     for container in chain(spec.get("containers") or (), spec.get("initContainers") or ()):
         resources = container.get("resources") or {}
-        names = chain(resources.get("requests") or (), resources.get("limits") or ())
-        if any(is_gpu(name) for name in names):
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        names = {name for name in chain(requests, limits) if is_gpu(name)}
+        # "nvidia.com/gpu: 0" (a chart's CPU mode) holds no GPU, as the policy core counts it
+        if names and gpu.held(names, limits, requests):
             return True
     return False
 

@@ -116,10 +116,33 @@ def resource_map(container: Mapping[str, Any], field: str) -> Mapping[str, Any]:
 
 
 def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]:
-    """GPU resource names the container mentions in limits or requests."""
-    names = {n for n in resource_map(container, "limits") if is_gpu(n)}
-    names.update(n for n in resource_map(container, "requests") if is_gpu(n))
-    return names
+    """GPU resource names the container asks for (more than zero) in limits or requests."""
+    limits, requests = resource_map(container, "limits"), resource_map(container, "requests")
+    names = {n for n in limits if is_gpu(n)}
+    names.update(n for n in requests if is_gpu(n))
+    return held(names, limits, requests)
+
+
+def is_zero(value: object) -> bool:
+    """Is this a quantity of exactly zero ("0", 0, "0m", "0.0", "0Gi")? What does not parse is not zero."""
+    return quantity.parse_quantity(value) == 0
+
+
+def held(names: AbstractSet[str], limits: object, requests: object) -> set[str]:
+    """The ``names`` that limits or requests give as other than zero.
+
+    Helm charts write ``nvidia.com/gpu: 0`` for their CPU mode: such a
+    container gets no device, so it is no GPU container. A name is dropped
+    only when every quantity given for it is zero; one that does not parse
+    stays (kube-apiserver refuses it, and resourceShape says so).
+    """
+    maps = [m for m in (limits, requests) if type(m) is dict]
+    return {n for n in names if not all(is_zero(m[n]) for m in maps if n in m)}
+
+
+#: first characters of a quantity that cannot be zero ("4", "8", "1k"): the
+#: counts GPUs are asked in, sorted without parsing
+_NOT_ZERO = frozenset("123456789")
 
 
 _NO_NAMES: frozenset[str] = frozenset()
@@ -128,12 +151,13 @@ _NO_NAMES: frozenset[str] = frozenset()
 MATCHES_SEEN = 1024
 
 #: (container list, index) → GPU resource names of that container, for the
-#: containers that mention any. Rules never change resources, so one
-#: evaluation works this out once per pod spec.
+#: containers that ask for any (a name given as zero is not asked for). Rules
+#: never change resources, so one evaluation works this out once per pod spec.
 Slots = dict[tuple[str, int], frozenset[str]]
 
 
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
+    """Each container that asks for a GPU resource (more than zero of it: ``held``), by position."""
     slots: Slots = {}
     among = is_gpu.among
     for list_name in CONTAINER_LISTS:
@@ -150,10 +174,17 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
                 names = among(limits.keys() | requests.keys() if type(requests) is dict else limits)
             elif type(requests) is dict:
                 names = among(requests)
+                limits = {}  # no limit to read below: held decides from the requests
             else:
                 continue
             if names:
-                slots[(list_name, index)] = frozenset(names)
+                # a limit written as a count ("4") is no zero; only other spellings ("0", 0, "0m") are parsed
+                for name in names:
+                    if str(limits.get(name))[:1] not in _NOT_ZERO:
+                        names = held(names, limits, requests)
+                        break
+                if names:
+                    slots[(list_name, index)] = frozenset(names)
     return slots
 
 

@@ -1,9 +1,12 @@
 """Non-root security context meeting PodSecurity "restricted" (FACTS.md §5).
 
 Level ``default`` fills only what the user left unset, and never in a way
-that breaks the pod: no runAsNonRoot where a container explicitly runs as
-root, no allowPrivilegeEscalation=false on a privileged container (the API
-rejects that pair). Level ``enforce`` also reports explicit violations.
+that breaks the pod: a pod where something explicitly runs as root gets no
+pod identity (runAsNonRoot, runAsUser, runAsGroup, fsGroup), a container
+that runs as root keeps its capabilities (root without CHOWN, SETUID or
+DAC_OVERRIDE breaks apt-get and most root images), and a privileged
+container gets no allowPrivilegeEscalation=false (the API rejects that
+pair). Level ``enforce`` also reports explicit violations.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
-    container_scs = [_sc(ref.container) for ref in refs]
-    changed = _pod_defaults(ctx, cfg, _sc(spec), container_scs)
+    pod_sc, container_scs = _sc(spec), [_sc(ref.container) for ref in refs]
+    changed = _pod_defaults(ctx, cfg, pod_sc, container_scs)
+    pod_root = _asks_for_root(pod_sc)
     for ref, sc in zip(refs, container_scs):
-        changed |= _container_defaults(ctx, ref, sc)
+        changed |= _container_defaults(ctx, ref, sc, pod_root)
     if changed:
         ctx.changed("securityContext")
 
@@ -80,6 +84,13 @@ def _asks_for_root(sc: Mapping[str, Any]) -> bool:
     return sc.get("runAsUser") == 0 or sc.get("runAsNonRoot") is False
 
 
+def _runs_as_root(sc: Mapping[str, Any], pod_root: bool) -> bool:
+    """Does the container ask for root itself, or through the pod's context without overriding it?"""
+    if _asks_for_root(sc):
+        return True
+    return pod_root and sc.get("runAsUser") is None and sc.get("runAsNonRoot") is not True
+
+
 def _needs_escalation(sc: Mapping[str, Any]) -> bool:
     """privileged, or CAP_SYS_ADMIN: the API rejects allowPrivilegeEscalation: false with either."""
     if sc.get("privileged") is True:
@@ -104,8 +115,11 @@ def _pod_defaults(
     # the defaults of a pod with nothing set, less what this pod's settings rule out
     wanted = dict(cfg.unset_pod_defaults)
     if explicit_root:
-        del wanted["runAsNonRoot"]
-        wanted.pop("runAsUser", None)
+        # the pod's identity is the user's: no group 1000 for a root process, and no
+        # fsGroup either (it is there so UID 1000 can write volumes; here it would only
+        # chown them to a group nothing asked for)
+        for key in _IDENTITY:
+            wanted.pop(key, None)
     elif "runAsNonRoot" in pod_sc:
         del wanted["runAsNonRoot"]
     if pod_sc.get("fsGroup") is not None:
@@ -118,27 +132,36 @@ def _pod_defaults(
     return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
-def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any]) -> bool:
+def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any], pod_root: bool) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
         return ctx.builder.put(
             ctx.own_container(ref.list_name, ref.index), ctx.spec_path(ref.list_name, ref.index), "securityContext",
+            {"allowPrivilegeEscalation": False} if pod_root else
             {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         )
     path = ctx.spec_path(ref.list_name, ref.index, "securityContext")
     if _needs_escalation(sc):
         return False
+    if _runs_as_root(sc, pod_root):
+        # root keeps its capabilities: without CHOWN, SETUID or DAC_OVERRIDE it cannot do what it is root for
+        return ctx.builder.fill(path, {"allowPrivilegeEscalation": False})
     caps = submap(sc, "capabilities")
+    has_caps = isinstance(sc.get("capabilities"), dict)  # an empty map too: fill does not look inside it
     drop = caps.get("drop")
     wanted: dict[str, Any] = {"allowPrivilegeEscalation": False}
-    if not caps:
+    if not has_caps:
         wanted["capabilities"] = {"drop": ["ALL"]}
     changed = ctx.builder.fill(path, wanted)
-    if caps and not isinstance(drop, list):
+    if has_caps and not isinstance(drop, list):
         changed |= ctx.builder.set((*path, "capabilities", "drop"), ["ALL"])
-    elif caps and isinstance(drop, list) and "ALL" not in drop:
+    elif has_caps and isinstance(drop, list) and "ALL" not in drop:
         ctx.builder.append((*path, "capabilities", "drop"), "ALL")
         changed = True
     return changed
+
+
+#: the pod-level fields that choose who the pod's processes are
+_IDENTITY = ("runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy")
 
 
 def _report_violations(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
