@@ -255,7 +255,7 @@ def test_aggregates_stay_exact_through_watch_events(events: list[tuple[Any, ...]
         newest = _newest_driver(expected_nodes, lambda name: _published(state, name)[1])
         assert max((p.driver for p in placed if p.driver), default=None) == newest
     # a pod claiming two GPUs lands only where a GPU driver publishes two GPU devices
-    two = {("gpu.nvidia.com", "gpu"): 2}
+    two = [[(("gpu.nvidia.com", "gpu"), 2)]]
     placed = scheduling.NodeFilter({"tolerations": [{"operator": "Exists"}]}, {}, (), two).placements(groups)
     assert sorted(scheduling.node_name(n) for g in groups for n in g.members.values() if g.traits.devices.get(
         ("gpu.nvidia.com", "gpu"), 0) >= 2) == sorted(m for p in placed for m in _members(groups, p.node))

@@ -270,3 +270,20 @@ def test_a_relist_of_resource_slices_never_hides_a_published_device_from_a_reade
     aggregates.replace_slices(relisted())
     assert seen and all(device is not None for device in seen), seen
     assert aggregates.published_device("gpu.nvidia.com", "n2", "gpu-0") is not None
+
+
+def test_fitting_tries_alternatives_in_order_and_backtracks() -> None:
+    room = {"a": 2, "b": 1}.__getitem__
+    # the first alternative of each request that fits, in the scheduler's order
+    assert dra.fitting([[("a", 16), ("a", 1)]], room) == {"a": 1}
+    # the first request's first choice (a: 2) leaves no room for the second: back to its b
+    assert dra.fitting([[("a", 2), ("b", 1)], [("a", 1)]], room) == {"b": 1, "a": 1}
+    assert dra.fitting([[("a", 3), ("b", 2)]], room) is None
+    assert dra.smallest([[("a", 16), ("a", 4)], [("b", 2), ("a", 3)]]) == {"a": 4, "b": 2}
+
+
+def test_fitting_gives_up_as_fits_past_its_budget() -> None:
+    # 32 requests of 8 alternatives none of which fits together: too many choices to try them all
+    requests = [[("a", 1)] * 8 for _ in range(32)]
+    assert dra.fitting(requests, {"a": 31}.__getitem__) == {}
+    assert dra.fitting(requests[:3], {"a": 2}.__getitem__) is None

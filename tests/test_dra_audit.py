@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.support import MANIFESTS, POLICIES
 from webhook import cli
@@ -51,6 +52,26 @@ def test_nvidias_mps_demo_pod_is_a_gpu_pod_through_the_template_in_its_file(
     assert "PASS    ResourceClaimTemplate gpu-test-mps/shared-gpu" in out
 
 
+def test_reports_judge_the_mps_demo_pod_a_gpu_pod_as_the_engine_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """PolicyReport and JUnit: no "no GPU requested" skip for a pod whose GPUs come from a claim."""
+    if not MPS_DEMO.is_file():
+        pytest.skip(f"corpus not found: {MPS_DEMO}")
+    _, out = audit(capsys, str(MPS_DEMO), "-o", "policyreport")
+    results = [r for item in _policy_reports(out) for r in item.get("results") or []
+               if any(res.get("name") == "test-pod" for res in r.get("resources") or [])]
+    assert results, out
+    assert not [r for r in results if r["result"] == "skip"], [r for r in results if r["result"] == "skip"]
+    mutated = {r["rule"] for r in results if str(r.get("message", "")).startswith("mutated:")}
+    assert {"securityContext", "shm"} <= mutated
+    _, junit = audit(capsys, str(MPS_DEMO), "-o", "junit")
+    assert "no GPU requested" not in junit
+
+
+def _policy_reports(out: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(out) if isinstance(d, dict)]
+    return [item for d in docs for item in (d.get("items") or [d])]
+
+
 def test_a_template_of_every_gpu_is_denied_and_its_pod_recognised(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -79,3 +100,13 @@ def test_a_missing_template_warns_only_when_the_cluster_state_lists_templates(
     (tmp_path / "state.yaml").write_text(ALL_GPUS)
     _, out = audit(capsys, "--cluster-state", str(tmp_path / "state.yaml"), str(tmp_path / "pod.yaml"))
     assert "claim 'gpu': ResourceClaimTemplate ml/elsewhere does not exist; the pod would stay Pending" in out
+
+
+def test_a_claim_template_is_reported_on_its_draclaims_rules_only(capsys: pytest.CaptureFixture[str]) -> None:
+    if not MPS_DEMO.is_file():
+        pytest.skip(f"corpus not found: {MPS_DEMO}")
+    _, out = audit(capsys, str(MPS_DEMO), "-o", "policyreport")
+    results = [r for item in _policy_reports(out) for r in item.get("results") or []
+               if any(res.get("kind") == "ResourceClaimTemplate" for res in r.get("resources") or [])]
+    assert results and {r["rule"] for r in results} == {"draClaims"}
+    assert {r["result"] for r in results} == {"pass"}

@@ -140,3 +140,32 @@ def test_the_opt_in_label_is_the_webhooks_namespace_selector() -> None:
     expressions = {e["key"]: e for e in json.loads(selector)["matchExpressions"]}
     assert expressions[cluster_source.OPT_IN_LABEL] == {"key": cluster_source.OPT_IN_LABEL, "operator": "In", "values": ["true"]}
     assert set(expressions["kubernetes.io/metadata.name"]["values"]) == cluster_source.NEVER_REACHED
+
+
+def test_running_pods_of_a_namespace_exactly_at_its_resource_quota_are_not_over_it(
+    api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Their GPUs are in the quota's status.used already (the server counts what exists)."""
+    policies = tmp_path / "policies"
+    write(policies / "quotas.yaml", "apiVersion: gpu-admission.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: quotas}\n"
+          "spec: {match: {kinds: [Pod]}, rules: {quota: {mode: enforce, resourceQuotas: true}}}\n")
+    api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "full", "labels": {cluster_source.OPT_IN_LABEL: "true"}}})
+    api.add({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "full"},
+             "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+             "status": {"hard": {"requests.nvidia.com/gpu": "2"}, "used": {"requests.nvidia.com/gpu": "2"}}})
+    for index in range(2):
+        api.add({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"p{index}", "namespace": "full", "uid": f"0000000{index}-0000-0000-0000-000000000000"},
+                 "spec": {"containers": [{"name": "c", "image": "ubuntu:22.04", "resources": {
+                     "limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}]},
+                 "status": {"phase": "Running"}})
+    code, out, _ = audit(capsys, "-o", "json", "--cluster", "--kubeconfig", str(kubeconfig), policies=policies)
+    results = [r for r in json.loads(out)["results"] if r["namespace"] == "full"]
+    assert sorted(r["name"] for r in results) == ["p0", "p1"]
+    assert code == 0 and all(r["verdict"] != "deny" for r in results), results
+    # a third pod, as a manifest, would be over it
+    gpu = {"name": "c", "image": "ubuntu:22.04", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    third = write(tmp_path / "p2.yaml", yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2", "namespace": "full"}, "spec": {"containers": [gpu]}}))
+    code, out, _ = audit(capsys, "--cluster", "--kubeconfig", str(kubeconfig), str(third), policies=policies)
+    assert code == 1 and "uses 2 of 2 requests.nvidia.com/gpu (ResourceQuota gpus)" in out, out

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.audit.inputs import Document
-from webhook.policy import engine, gpu, loader, match
+from webhook.policy import engine, loader, match
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.dra import is_claim
 from webhook.policy.request import Phase, Request
+from webhook.policy.rules import dra_claims
 from webhook.policy.view import ClusterView
-from webhook.policy.workload import pod_targets
 
 Verdict = Literal["deny", "warn", "mutate", "pass"]
 Status = Literal["pass", "fail", "warn", "error", "skip"]
@@ -129,7 +129,7 @@ def outcomes(
     changed: dict[tuple[str, str], list[str]] = {}
     for change in result.mutation.changes:
         changed.setdefault((change.policy, change.rule), []).append(change.what)
-    has_gpu = _has_gpu(policies, result) if any(gpu_only for _, gpu_only, _ in plan) else True
+    has_gpu: dict[Phase, bool] = {}  # per phase, as the engine judges it (only when a GPU-only policy asks)
     lifted_by = _lifted_by(policies, result) if policies.exceptions else {}
     for name, gpu_only, rules in plan:
         for rule, mode, phase in rules:
@@ -142,7 +142,7 @@ def outcomes(
                     # a note is what it says (pass, skip), with the rule's mode; a violation fails or warns
                     status: Status = f.note or ("warn" if f.mode == "warn" else "fail")
                     yield Outcome(name, rule, status, mode if f.note else f.mode, f.message, found_in)
-            elif gpu_only and not has_gpu:
+            elif gpu_only and not _has_gpu(policies, view, result, phase, has_gpu):
                 yield Outcome(name, rule, "skip", mode, "no GPU requested", phase)
             elif key_ in changed:
                 what = ", ".join(dict.fromkeys(changed[key_]))
@@ -154,16 +154,18 @@ def outcomes(
 def _plan(policies: loader.PolicySet, view: ClusterView, group: str, kind: str, namespace: str) -> Plan:
     labels = engine.namespace_labels(view, namespace)
     plan: list[tuple[str, bool, tuple[tuple[str, str, Phase], ...]]] = []
+    claim = is_claim(group, kind)  # a claim has no pod spec: only draClaims runs, GPU-only or not (its GPUs are asked)
     for policy in policies.active_policies:
         if not match.policy_applies(policy, group, kind, namespace, labels):
             continue
         rules: list[tuple[str, str, Phase]] = []
         for rule in engine.RULES:
             cfg = getattr(policy.spec.rules, rule.name)
-            if cfg is not None and cfg.mode != "off":
+            if cfg is not None and cfg.mode != "off" and (not claim or rule.name == dra_claims.RULE):
                 phase: Phase = "validate" if "validate" in rule.phases else "mutate"
                 rules.append((rule.name, cfg.mode, phase))
-        plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly), tuple(rules)))
+        if rules or not claim:
+            plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly) and not claim, tuple(rules)))
     return tuple(plan)
 
 
@@ -178,15 +180,10 @@ def _lifted_by(policies: loader.PolicySet, result: Result) -> dict[tuple[str, st
     return found
 
 
-def _has_gpu(policies: loader.PolicySet, result: Result) -> bool:
-    obj = result.document.obj
-    paths = policies.kinds.get((result.request.group, result.request.kind))
-    if paths is None:
-        return False
-    for target in pod_targets(obj, paths):
-        spec: Any = obj
-        for key in target.spec_path:
-            spec = spec[key]
-        if isinstance(spec, dict) and gpu.gpu_slots(spec, policies.any_gpu):
-            return True
-    return False
+def _has_gpu(policies: loader.PolicySet, view: ClusterView, result: Result, phase: Phase,
+             known: dict[Phase, bool]) -> bool:
+    """Is the object a GPU workload in ``phase``, as the engine decides it: GPU extended resources,
+    or DRA claims resolving to GPU devices (remembered in ``known``)?"""
+    if phase not in known:
+        known[phase] = engine.is_gpu_object(policies, result.request, view, phase)
+    return known[phase]

@@ -7,8 +7,12 @@ are its extended resources plus its claims' devices. Devices of one claim
 are counted once per pod, however many containers share the claim.
 
 Counting a request: the largest GPU alternative of ``firstAvailable`` (it
-may get any of them); ``allocationMode: All`` as the most devices of that
+may get any of them: caps and quotas are charged that, as ResourceQuota
+charges a claim); ``allocationMode: All`` as the most devices of that
 class any one node publishes in its ResourceSlices (1 when they are unknown).
+Whether the pod fits on a node is a different question: there every
+alternative stays open (``PodClaims.alternatives``, ``dra.fitting``), since
+the scheduler takes the first that fits.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ class PodClaims:
     quota: dict[str, int] = field(default_factory=dict)
     #: GPU models (GFD spelling) its GPU requests are confined to; None when one may get any model
     models: frozenset[str] | None = None
-    #: device class → devices its claims take (one node must have them all)
-    per_class: dict[str, int] = field(default_factory=dict)
+    #: per GPU request of its claims, the (device class, devices) it may get, in order (one node
+    #: must hold one choice of them all: webhook.policy.dra.fitting)
+    alternatives: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     def total(self) -> dict[str, Decimal]:
         """Extended resource → devices over every claim of the pod."""
@@ -116,7 +121,7 @@ class _Resolution:
     unknown: list[str] = field(default_factory=list)
     quota: dict[str, int] = field(default_factory=dict)
     models: list[str | None] = field(default_factory=list)
-    per_class: dict[str, int] = field(default_factory=dict)
+    alternatives: list[tuple[tuple[str, int], ...]] = field(default_factory=list)
 
     def add(self, claim: dra.PodClaim, obj: Mapping[str, Any]) -> None:
         requests = dra.requests_of(dra.claim_spec(obj))
@@ -124,10 +129,10 @@ class _Resolution:
         if counts:
             self.counts[claim.name] = counts
             self.models.extend(request_models(obj, counts, self.view, self.classes))
-        for key, n in quota_items(requests, self.classes).items():
-            device_class = key[: -len(QUOTA_SUFFIX)]
-            self.per_class[device_class] = self.per_class.get(device_class, 0) + n
-            if claim.template:  # a named claim was charged when it was created
+        gpu_requests = gpu_alternatives(requests, self.classes)
+        self.alternatives.extend(gpu_requests)
+        if claim.template:  # a named claim was charged when it was created
+            for key, n in quota_items(gpu_requests).items():
                 self.quota[key] = self.quota.get(key, 0) + n
 
     def missing(self, claim: dra.PodClaim, name: str) -> None:
@@ -145,7 +150,7 @@ class _Resolution:
         models = self.models
         confined = frozenset(m for m in models if m) if models and None not in models else None
         return PodClaims(self.counts, tuple(self.unresolved), tuple(dict.fromkeys(self.unknown)), self.quota,
-                         confined, self.per_class)
+                         confined, tuple(self.alternatives))
 
 
 def request_models(
@@ -198,14 +203,26 @@ def request_counts(
 QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 
 
-def quota_items(requests: list[dra.ClaimRequest], classes: Mapping[str, DeviceClassInfo]) -> dict[str, int]:
-    """The native ResourceQuota items a claim of these requests is charged (GPU classes; All as 1)."""
-    items: dict[str, int] = {}
+def gpu_alternatives(
+    requests: list[dra.ClaimRequest], classes: Mapping[str, DeviceClassInfo]
+) -> list[tuple[tuple[str, int], ...]]:
+    """Per request with a GPU alternative, its GPU alternatives as (device class, devices); All as 1."""
+    found = []
     for request in requests:
+        gpus = tuple((ask.device_class, ask.count) for ask in request.alternatives if ask.device_class in classes)
+        if gpus:
+            found.append(gpus)
+    return found
+
+
+def quota_items(requests: list[tuple[tuple[str, int], ...]]) -> dict[str, int]:
+    """The native ResourceQuota items claims of these GPU requests (:func:`gpu_alternatives`) are charged:
+    per request its largest alternative of each class."""
+    items: dict[str, int] = {}
+    for alternatives in requests:
         largest: dict[str, int] = {}
-        for ask in request.alternatives:
-            if ask.device_class in classes:
-                largest[ask.device_class] = max(largest.get(ask.device_class, 0), ask.count)
+        for device_class, n in alternatives:
+            largest[device_class] = max(largest.get(device_class, 0), n)
         for device_class, n in largest.items():
             key = device_class + QUOTA_SUFFIX
             items[key] = items.get(key, 0) + n

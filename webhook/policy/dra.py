@@ -19,11 +19,14 @@ in ``resources.claims[]`` (``name``, optionally one ``request``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+K = TypeVar("K")
+#: per request, its alternatives as (kind of device, devices), in the order they are tried
+Alternatives = Sequence[Sequence[tuple[K, int]]]
 GROUP = "resource.k8s.io"
 
 
@@ -117,6 +120,46 @@ def container_claims(container: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         entry = _map(raw)
         if entry.get("name"):
             yield str(entry["name"]), str(entry.get("request") or "")
+
+
+#: how many choices :func:`fitting` tries before it gives up (upstream allows 32 requests of 8 alternatives)
+_TRIES = 4096
+
+
+def fitting(requests: Alternatives[K], room: Callable[[K], int]) -> dict[K, int] | None:
+    """Devices per kind of one alternative per request that fit in ``room``, the first such choice
+    in the order the scheduler tries them (firstAvailable in order, backtracking); None when none fits.
+
+    Past ``_TRIES`` choices the answer is "fits" (the empty choice): a check built on this one never
+    refuses what it could not rule out.
+    """
+    tries = 0
+
+    def choose(index: int, taken: dict[K, int]) -> dict[K, int] | None:
+        nonlocal tries
+        if index == len(requests):
+            return taken
+        for kind, count in requests[index]:
+            tries += 1
+            if tries > _TRIES:
+                return {}
+            if taken.get(kind, 0) + count <= room(kind):
+                found = choose(index + 1, {**taken, kind: taken.get(kind, 0) + count})
+                if found is not None:
+                    return found
+        return None
+
+    return choose(0, {})
+
+
+def smallest(requests: Alternatives[K]) -> dict[K, int]:
+    """Devices per kind when each request gets its alternative of the fewest devices (the first, on a tie)."""
+    taken: dict[K, int] = {}
+    for alternatives in requests:
+        if alternatives:
+            kind, count = min(alternatives, key=lambda a: a[1])
+            taken[kind] = taken.get(kind, 0) + count
+    return taken
 
 
 # CEL selectors are not evaluated; the common equality forms tell a request's

@@ -262,33 +262,11 @@ def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
 def _evaluate(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
 ) -> Decision:
-    targets = pod_targets(obj, paths)
-    any_gpu = policies.any_gpu
-    specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
-    with_claims = False
-    for target in targets:
-        spec: Any = obj
-        for key in target.spec_path:  # (inline: pod_targets found a map there)
-            spec = spec[key]
-        specs.append(spec)
-        slots.append(gpu.gpu_slots(spec, any_gpu))
-        with_claims = with_claims or "resourceClaims" in spec
-    gpu_pods: list[Any] = slots
-    device_classes: Mapping[str, DeviceClassInfo]
-    if with_claims:
-        # the pod's claims and its rules look DRA device classes up through this one ClusterClasses
-        device_classes = claim_gpus.ClusterClasses(policies.device_classes, view)
-        claims = _claims(request, specs, slots, view, device_classes)
-        # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
-        # no container uses them (the pod holds the devices, on their node); a claim the view
-        # cannot resolve may be one: validations look at it
-        if any(claims):
-            gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
-                        for s, c in zip(slots, claims)]
+    targets, slots, claims, gpu_pods, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
         return ALLOW
-    if not with_claims:  # (after the return above: a pod without GPUs does not pay for it)
-        device_classes, claims = policies.device_classes, [None] * len(targets)
+    if claims is None:  # (after the return above: a pod without GPUs does not pay for it)
+        claims = [None] * len(targets)
     plans = _plans(policies, request.group, request.kind, phase)
     lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
     if lifted:
@@ -334,6 +312,47 @@ def _evaluate(
     if lifted:
         decision = decision._replace(exceptions=_lifting(policies, request, obj, sink))
     return decision
+
+
+def is_gpu_object(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> bool:
+    """Does a pod spec of the object count as a GPU pod in ``phase`` (what a ``gpuOnly`` policy runs on)?"""
+    paths = policies.kinds.get((request.group, request.kind))
+    obj = request.object
+    if paths is None or not isinstance(obj, dict):
+        return False
+    return any(_pod_specs(policies, request, obj, paths, view, phase)[3])
+
+
+def _pod_specs(
+    policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase,
+) -> tuple[list[PodTarget], list[gpu.Slots], list[claim_gpus.PodClaims | None] | None, list[Any],
+           Mapping[str, DeviceClassInfo]]:
+    """The object's pod specs: targets, GPU slots, resolved claims (None: no spec names any), which are
+    GPU pods, and the device classes their rules look up (the claims' own lookups, when they have claims)."""
+    targets = pod_targets(obj, paths)
+    any_gpu = policies.any_gpu
+    specs, slots = [], []  # (loops, not comprehensions: this runs for every pod, GPU or not)
+    with_claims = False
+    for target in targets:
+        spec: Any = obj
+        for key in target.spec_path:  # (inline: pod_targets found a map there)
+            spec = spec[key]
+        specs.append(spec)
+        slots.append(gpu.gpu_slots(spec, any_gpu))
+        with_claims = with_claims or "resourceClaims" in spec
+    if not with_claims:
+        return targets, slots, None, slots, policies.device_classes
+    # the pod's claims and its rules look DRA device classes up through this one ClusterClasses
+    device_classes = claim_gpus.ClusterClasses(policies.device_classes, view)
+    claims = _claims(request, specs, slots, view, device_classes)
+    gpu_pods: list[Any] = slots
+    # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
+    # no container uses them (the pod holds the devices, on their node); a claim the view
+    # cannot resolve may be one: validations look at it
+    if any(claims):
+        gpu_pods = [bool(s) or (c is not None and bool(c.counts or (phase == "validate" and (c.unresolved or c.unknown))))
+                    for s, c in zip(slots, claims)]
+    return targets, slots, claims, gpu_pods, device_classes
 
 
 def _context(

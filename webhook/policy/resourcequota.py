@@ -34,8 +34,13 @@ def breaches(
     spec: Mapping[str, Any],
     asks: Mapping[str, Decimal],
     is_gpu: Callable[[str], bool],
+    charged: Mapping[str, Decimal] | None = None,
 ) -> list[Breach]:
-    """Every GPU quota item (``requests.X``, ``limits.X`` or ``X``) the pod would exceed."""
+    """Every GPU quota item (``requests.X``, ``limits.X`` or ``X``) the pod would exceed.
+
+    ``charged``: what ``status.used`` already holds of this pod (a pod that exists), taken out of
+    the use before its ask is added, so that a namespace exactly at its quota is not over it.
+    """
     found = []
     for quota in quotas:
         if not applies(quota, spec):
@@ -44,9 +49,13 @@ def breaches(
         for key, limit in sorted(hard.items()):
             resource = next((key[len(p):] for p in _PREFIXES if key.startswith(p)), key)
             ask = asks.get(resource, Decimal(0))
-            if is_gpu(resource) and ask and used.get(key, Decimal(0)) + ask > limit:
-                name = str(_map(quota.get("metadata")).get("name", "?"))
-                found.append(Breach(name, key, used.get(key, Decimal(0)), limit, ask))
+            if not (is_gpu(resource) and ask):
+                continue
+            held = used.get(key, Decimal(0))
+            if charged is not None:
+                held -= min(held, charged.get(resource, Decimal(0)))
+            if held + ask > limit:
+                found.append(Breach(str(_map(quota.get("metadata")).get("name", "?")), key, held, limit, ask))
     return found
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from webhook.policy import cuda, nodegroups, quantity
+from webhook.policy import cuda, dra, nodegroups, quantity
 from webhook.policy.patch import lookup, sublist
 
 Object = Mapping[str, Any]
@@ -135,10 +135,11 @@ class NodeFilter:
 
     def __init__(
         self, spec: Object, needs: Mapping[str, Decimal], extra_tolerations: Sequence[Object] = (),
-        devices: Mapping[tuple[str, str], int] | None = None,
+        devices: dra.Alternatives[tuple[str, str]] | None = None,
     ) -> None:
-        #: DRA devices the pod's claims take on its node, per (driver, type): only nodes
-        #: publishing that many in ResourceSlices admit it (None: the pod's claims are not checked)
+        #: DRA devices the pod's claims may take on its node: per request its alternatives as
+        #: ((driver, type), devices); only nodes publishing one choice of them all in ResourceSlices
+        #: admit it (None: the pod's claims are not checked)
         self.devices = devices
         self.pinned = spec.get("nodeName")
         selector = spec.get("nodeSelector")
@@ -187,7 +188,7 @@ class NodeFilter:
 
     def _devices_fit(self, traits: nodegroups.Traits) -> bool:
         published = traits.devices
-        return self.devices is None or all(published.get(kind, 0) >= n for kind, n in self.devices.items())
+        return self.devices is None or dra.fitting(self.devices, lambda kind: published.get(kind, 0)) is not None
 
     def select(self, nodes: Iterable[Object]) -> list[Object]:
         return [node for node in nodes if self.admits(node)]

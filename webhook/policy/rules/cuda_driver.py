@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
-from webhook.policy import affinity, cuda, gpu, gpu_products, images, match, scheduling, severity
+from webhook.policy import affinity, cuda, dra, gpu, gpu_products, images, match, scheduling, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
@@ -182,17 +182,18 @@ def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -
     return result
 
 
-def _claimed_devices(ctx: RuleContext) -> dict[tuple[str, str], int] | None:
-    """The devices the pod's GPU claims take on its node, per (driver, type), when ResourceSlices are known."""
+def _claimed_devices(ctx: RuleContext) -> dra.Alternatives[tuple[str, str]] | None:
+    """The devices the pod's GPU claims may take on its node, per request its alternatives as
+    ((driver, type), devices), when ResourceSlices are known."""
     claims = ctx.claims
-    if claims is None or not claims.per_class or not ctx.view.availability("resourceslices").known:
+    if claims is None or not claims.alternatives or not ctx.view.availability("resourceslices").known:
         return None
-    wanted: dict[tuple[str, str], int] = {}
-    for name, count in claims.per_class.items():
-        info = ctx.device_classes.get(name)
-        if info is not None:
-            kind = (info.driver, info.device_type)
-            wanted[kind] = wanted.get(kind, 0) + count
+    wanted: list[list[tuple[tuple[str, str], int]]] = []
+    for request in claims.alternatives:
+        kinds = [((info.driver, info.device_type), count) for name, count in request
+                 if (info := ctx.device_classes.get(name)) is not None]
+        if kinds:
+            wanted.append(kinds)
     return wanted
 
 

@@ -13,6 +13,7 @@ its claim), and the view being unavailable, per ``clusterUnavailable``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -42,19 +43,28 @@ def run(ctx: RuleContext, cfg: DraClaimsRule) -> None:
         path = pointer(ctx.spec_path("resourceClaims", missing.claim.index))
         severity.report(ctx, cfg.unresolved, f"{ctx.where()}: claim {missing.claim.name!r}: {missing.reason}; "
                         "the pod would stay Pending", path)
-    if cfg.nodeCapacity and claims.per_class and ctx.view.availability("resourceslices").known:
-        _check_node_capacity(ctx, claims.per_class)
+    if cfg.nodeCapacity and claims.alternatives and ctx.view.availability("resourceslices").known:
+        _check_node_capacity(ctx, claims.alternatives)
 
 
-def _check_node_capacity(ctx: RuleContext, per_class: Mapping[str, int]) -> None:
-    """A pod's claims are allocated on its one node: more devices of a class than any node has never fit."""
-    for device_class, count in sorted(per_class.items()):
+def _check_node_capacity(ctx: RuleContext, alternatives: dra.Alternatives[str]) -> None:
+    """A pod's claims are allocated on its one node: more devices of a class than any node has never fit.
+
+    Every ``firstAvailable`` alternative stays open (the scheduler takes the first that fits):
+    refused only when no choice of them fits, naming what the smallest choice lacks.
+    """
+    largest: dict[str, tuple[int, str]] = {}
+    for device_class in {c for request in alternatives for c, _ in request}:
         info = ctx.device_classes.get(device_class)
-        largest, node = resource_slices.largest_node(ctx.view, info) if info is not None else (0, "")
-        # no node publishes any: a driver or an autoscaler may still bring some, so say nothing
-        if largest and count > largest:
+        largest[device_class] = resource_slices.largest_node(ctx.view, info) if info is not None else (0, "")
+    # no node publishes any: a driver or an autoscaler may still bring some, so such a class always has room
+    if dra.fitting(alternatives, lambda c: largest[c][0] or sys.maxsize) is not None:
+        return
+    for device_class, count in sorted(dra.smallest(alternatives).items()):
+        most, node = largest[device_class]
+        if most and count > most:
             ctx.report(f"{ctx.where()}: claims {count} {device_class} devices in one pod, more than any node "
-                       f"publishes (largest: {largest} on {node}); split the work across pods",
+                       f"publishes (largest: {most} on {node}); split the work across pods",
                        pointer(ctx.spec_path("resourceClaims")))
 
 
