@@ -115,12 +115,12 @@ def resource_map(container: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     return values if isinstance(values, dict) else {}
 
 
-def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> set[str]:
+def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> AbstractSet[str]:
     """GPU resource names the container asks for (more than zero) in limits or requests."""
     limits, requests = resource_map(container, "limits"), resource_map(container, "requests")
     names = {n for n in limits if is_gpu(n)}
     names.update(n for n in requests if is_gpu(n))
-    return held(names, limits, requests)
+    return held(names, limits, requests) if names else names
 
 
 def is_zero(value: object) -> bool:
@@ -128,20 +128,30 @@ def is_zero(value: object) -> bool:
     return quantity.parse_quantity(value) == 0
 
 
-def held(names: AbstractSet[str], limits: object, requests: object) -> set[str]:
-    """The ``names`` that limits or requests give as other than zero.
+def held(names: AbstractSet[str], limits: object, requests: object) -> AbstractSet[str]:
+    """The ``names`` that limits or requests give as other than zero (``names`` itself when all are).
 
     Helm charts write ``nvidia.com/gpu: 0`` for their CPU mode: such a
     container gets no device, so it is no GPU container. A name is dropped
     only when every quantity given for it is zero; one that does not parse
     stays (kube-apiserver refuses it, and resourceShape says so).
     """
+    if type(limits) is dict:
+        for name in names:  # (gpu_slots inlines this loop)
+            if str(limits.get(name))[:1] not in _NOT_ZERO:
+                break
+        else:
+            return names  # every limit a count ("4"): nothing to parse
+    return _parsed_held(names, limits, requests)
+
+
+def _parsed_held(names: AbstractSet[str], limits: object, requests: object) -> set[str]:
     maps = [m for m in (limits, requests) if type(m) is dict]
     return {n for n in names if not all(is_zero(m[n]) for m in maps if n in m)}
 
 
-#: first characters of a quantity that cannot be zero ("4", "8", "1k"): the
-#: counts GPUs are asked in, sorted without parsing
+#: first characters of a quantity that cannot be zero ("4", "8", "1k": what
+#: does not parse stays too): the counts GPUs are asked in, sorted without parsing
 _NOT_ZERO = frozenset("123456789")
 
 
@@ -181,7 +191,7 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
                 # a limit written as a count ("4") is no zero; only other spellings ("0", 0, "0m") are parsed
                 for name in names:
                     if str(limits.get(name))[:1] not in _NOT_ZERO:
-                        names = held(names, limits, requests)
+                        names = _parsed_held(names, limits, requests)
                         break
                 if names:
                     slots[(list_name, index)] = frozenset(names)

@@ -43,9 +43,9 @@ def _check_container(
     ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, sharing: gpu.ResourceMatcher
 ) -> None:
     limits, requests = gpu.resource_map(ref.container, "limits"), gpu.resource_map(ref.container, "requests")
-    named = {n for n in (*limits, *requests) if type(n) is str and (ctx.is_gpu(n) or sharing(n))}
+    named = {n for n in {*limits, *requests} if type(n) is str and (ctx.is_gpu(n) or sharing(n))}
     # a GPU given as zero (a chart's CPU mode: "nvidia.com/gpu: 0") is no request: nothing to check
-    for name in sorted(gpu.held(named, limits, requests)):
+    for name in sorted(gpu.held(named, limits, requests) if named else ()):
         _check_quantities(ctx, ref, name)
         if sharing(name):
             _check_scheme(ctx, cfg, name, ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources"))
