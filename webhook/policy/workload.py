@@ -61,8 +61,12 @@ class PodTarget:
         """Where the spec is, for messages: "" for a pod, else e.g. "spec.template"."""
         if self.is_pod:
             return ""
-        base = self.spec_path[:-1] if self.meta_path is not None else self.spec_path
-        return ".".join(f"[{p}]" if isinstance(p, int) else p for p in base).replace(".[", "[")
+        return field_path(self.spec_path[:-1] if self.meta_path is not None else self.spec_path)
+
+
+def field_path(path: tuple[str | int, ...]) -> str:
+    """A path as messages write it: ("spec", "workerGroupSpecs", 0, "template") → "spec.workerGroupSpecs[0].template"."""
+    return ".".join(f"[{p}]" if isinstance(p, int) else p for p in path).replace(".[", "[")
 
 
 def split_pointer(path: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from webhook.policy import affinity, cuda, dra, gpu, gpu_products, images, match, scheduling, severity
+from webhook.policy.workload import field_path
 from webhook.policy.context import RuleContext
 from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
@@ -130,7 +131,7 @@ def _need(
         # what to do goes last and the image before it: a warning over 256 characters loses
         # its middle, so a long image (a digest) is what gets cut, not the remedy
         meta = ctx.target.meta_path
-        where = f" in {'.'.join(map(str, meta))}.annotations" if meta is not None else ""
+        where = f" in {field_path(meta)}.annotations" if meta is not None else ""
         return f"{found} (image {image or 'none'}); set annotation {images.ANNOTATION}[.{ref.name}]{where}"
     if found.version is None:
         return ""  # no CUDA in the image: no driver is too old for it

@@ -133,7 +133,8 @@ def _check_max(ctx: RuleContext, cfg: ResourceShapeRule, counts: Mapping[str, De
     for name, count in sorted(counts.items()):
         cap = _cap_for(caps, name)
         if cap is not None and count > cap:
-            ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod; the policy allows at most {cap} per pod",
+            ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod; the policy allows at most {cap} per pod: "
+                       "spread the work over more pods with fewer GPUs each (more replicas or workers)",
                        _pointer(ctx, "containers"))
 
 
