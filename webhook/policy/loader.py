@@ -274,12 +274,21 @@ def _check_match_kinds(
         if not isinstance(doc, (schema.GPUPolicy, schema.GPUPolicyException)):
             continue
         for i, pattern in enumerate(doc.spec.match.kinds):
-            if not any(kind_matches((pattern,), group, kind) for group, kind in known):
+            if not _names_a_kind(pattern, known):
                 problems.append(
                     f"{_where(source, doc)}: spec.match.kinds[{i}]: {pattern!r} is no kind the policies know; "
                     "write Kind or group/Kind (no version), e.g. Deployment or kubeflow.org/PyTorchJob, and "
                     "describe a custom resource in a GPUWorkloadKind"
                 )
+
+
+def _names_a_kind(pattern: str, known: list[tuple[str, str]]) -> bool:
+    return any(kind_matches((pattern,), group, kind) for group, kind in known)
+
+
+def _overlap(ours: list[str], theirs: list[str], known: list[tuple[str, str]]) -> bool:
+    """Is some known kind matched by both lists of kind patterns?"""
+    return any(kind_matches(ours, group, kind) and kind_matches(theirs, group, kind) for group, kind in known)
 
 
 def _known_kinds(kinds: dict[tuple[str, str], KindPaths]) -> list[tuple[str, str]]:
@@ -311,7 +320,8 @@ def _check_exceptions(
                 )
                 continue
             theirs = policy.spec.match.kinds
-            if kinds and all(any(kind_matches((k,), g, n) for g, n in known) for k in kinds) and not any(kind_matches(kinds, g, k) and kind_matches(theirs, g, k) for g, k in known):
+            # (a kind no policy knows is reported once, by _check_match_kinds)
+            if kinds and all(_names_a_kind(k, known) for k in kinds) and not _overlap(kinds, theirs, known):
                 problems.append(
                     f"{_where(source, doc)}: spec.match.kinds: GPUPolicy {entry.policy} applies to "
                     f"{', '.join(theirs)} only: this exception's kinds lift nothing of it"

@@ -101,8 +101,8 @@ def judge(
             continue
         if policy.metadata.name in lifted:
             rules = lifted[policy.metadata.name]
-            if rules is None or "draClaims" in rules:
-                removed[policy.metadata.name] = {"draClaims"}
+            if rules is None or RULE in rules:
+                removed[policy.metadata.name] = {RULE}
                 continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
         _check(claim, requests, claim_gpus.ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
