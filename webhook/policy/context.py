@@ -79,12 +79,16 @@ class RuleContext:
     def dry_run(self) -> RuleContext:
         """A copy whose rule writes into a scratch builder and records its changes apart, its findings
         with this one's: a mutation in warn/audit mode reports what it would change and changes nothing."""
-        clone = object.__new__(RuleContext)
-        for name in RuleContext.__slots__:
-            setattr(clone, name, getattr(self, name))
-        clone.builder, clone.sink = PatchBuilder(self.builder.doc), Findings(findings=self.sink.findings)
+        builder = PatchBuilder(self.builder.doc)
         # the spec and the containers owned are the scratch builder's, not this one's
-        clone.spec, clone._containers = clone.builder.owned(self.target.spec_path), None
+        clone = RuleContext(
+            self.request, self.view, self.phase, self.policy, self.step[0], self.step[1], self.target, self.is_gpu,
+            self.ns_labels, builder, Findings(findings=self.sink.findings), builder.owned(self.target.spec_path),
+            self.classes, self.slots, self.claims, self._device_classes,
+        )
+        clone.step = self.step
+        # what this context already worked out holds for the copy
+        clone._workload_class, clone._extended_gpus = self._workload_class, self._extended_gpus
         return clone
 
     @property

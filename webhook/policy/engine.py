@@ -40,7 +40,6 @@ from webhook.policy.workload import PodTarget, pod_targets
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
 _new_tuple = tuple.__new__
-_new_object = object.__new__
 
 
 @dataclass(frozen=True)
@@ -273,9 +272,7 @@ def _evaluate(
         plans = _lifted_plans(policies, plans, lifted)
     ns_labels = namespace_labels(view, request.namespace)
     builder = PatchBuilder(obj, policies.pointers)
-    # the dataclass's __init__ is a Python call with default factories: set its two slots here
-    sink = _new_object(Findings)
-    sink.findings, sink.changes = [], []  # (and ``lifted`` only where an exception lifted rules)
+    sink = Findings([], [])
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
         ctx = _context(
