@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from webhook import compiled
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.policy.view import EMPTY_VIEW, SnapshotView
@@ -176,6 +177,8 @@ def main() -> None:
         for name, fn in cases.items():
             samples[name].extend(_median_seconds(fn, 1, args.batch))
     base = statistics.median(samples["json.loads+dumps (baseline)"])
+    # `make bench-engine` runs this on the compiled core (what the image runs), then on the interpreted one
+    print(f"policy core: {compiled.policy_core()}")
     print(f"review: {len(text)} bytes, {len(policies.policies)} policies")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -184,6 +187,8 @@ def main() -> None:
     print(f"target: evaluate <= 0.50x baseline -> {'met' if ratio <= 0.5 else 'NOT met'} ({ratio:.2f}x)")
     slope(policies, max(3, args.rounds // 3))
     if args.opcodes:
+        if compiled.policy_core() != "interpreted":
+            print("(bytecodes of the interpreted modules only: the compiled ones run none)")
         for name, fn in cases.items():
             if name.startswith(("evaluate", "mutate", "validate")):
                 ops, calls = opcodes(fn)

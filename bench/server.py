@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.proc import CLOCK_TICKS, cpu_seconds  # noqa: E402
+from webhook import compiled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared/corpus/admissionreviews/kube-apiserver-1.36"
@@ -212,7 +213,8 @@ def report(files: dict[str, Path], results: dict[tuple[str, str], list[tuple[flo
         print(f"{case:18} {file.stat().st_size:7} {rate[0]:11.0f} {rate[1]:11.0f} {ratio:5.2f}x {TARGETS[case]:6.2f}x "
               f"{p99[0]:7.1f}ms {p99[1]:6.1f}ms {tail:5.2f}x  {cpu[0]:7.0f}us {cpu[1]:6.0f}us {per_core:5.2f}x "
               f"{low:4.2f}-{high:4.2f}x  {verdict}")
-    print(f"{len(next(iter(results.values())))} rounds; ratios are medians of each round's own ratio")
+    print(f"{len(next(iter(results.values())))} rounds; ratios are medians of each round's own ratio; "
+          f"policy core: {compiled.policy_core()}")  # (the servers run with this process's environment)
 
 
 def _quartiles(values: list[float]) -> tuple[float, float]:

@@ -127,6 +127,13 @@ def test_no_compilers_in_the_final_stage() -> None:
             assert not COMPILERS.search(run.split("install", 1)[1]), run
 
 
+def test_the_image_compiles_the_policy_core_and_refuses_an_interpreted_one() -> None:
+    # the figures of docs/performance.md are of the compiled core: an image built without it is slower
+    builds = [run for stage in STAGES[:-1] for run in stage.all("RUN") if "pip wheel" in run]
+    assert builds and all("GPU_ADMISSION_COMPILE=1" in run for run in builds), builds
+    assert any("policy_core() == 'compiled'" in run for run in builds), "the build checks what it built"
+
+
 def _dockerignore() -> list[tuple[bool, re.Pattern[str]]]:
     rules = []
     for line in (REPO / ".dockerignore").read_text("utf-8").splitlines():
@@ -159,6 +166,6 @@ def test_build_context_excludes(path: str) -> None:
     assert _excluded(path)
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "webhook/__init__.py", "webhook/policy/view.py"])
+@pytest.mark.parametrize("path", ["pyproject.toml", "setup.py", "webhook/__init__.py", "webhook/policy/view.py"])
 def test_build_context_includes_what_the_wheel_needs(path: str) -> None:
     assert not _excluded(path)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook import certs, cluster
+from webhook import certs, cluster, compiled
 from webhook.cluster import ClusterIndex
 from webhook.server import listener, loop
 from webhook.registry import flags
@@ -24,6 +24,8 @@ DEV_CERTS = Path("certs")
 
 def serve(args: argparse.Namespace) -> int:
     new_loop = loop.factory(args.event_loop)  # --event-loop uvloop without uvloop fails before any work
+    core = compiled.policy_core()  # the image runs it compiled (setup.py); a mix means a broken build
+    (log.warning if core == "partly compiled" else log.info)("policy core: %s", core)
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)

@@ -1,0 +1,53 @@
+"""Which modules of the policy core the image compiles (mypyc), and whether this process runs them compiled.
+
+Every admission runs through these modules: compiled, an evaluation costs
+about half of its interpreted time (docs/performance.md). The rest (the
+pydantic settings, the cluster index, the server and CLI shells) stays
+interpreted. setup.py reads ``MODULES`` without importing the package, so
+this file imports nothing of it.
+
+A module joins the list with every module holding a class that inherits
+from one of its classes (mypyc refuses an interpreted subclass of a
+compiled class: ``usage.py`` subclasses ``gpu.py``'s matcher), and stays
+out when it builds pydantic models.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = (
+    "webhook.policy.engine",
+    "webhook.policy.context",
+    "webhook.policy.patch",
+    "webhook.policy.match",
+    "webhook.policy.workload",
+    "webhook.policy.affinity",
+    "webhook.policy.gpu",
+    "webhook.policy.usage",
+    "webhook.policy.rules.cuda_driver",
+    "webhook.policy.rules.dra_claims",
+    "webhook.policy.rules.gpu_visibility",
+    "webhook.policy.rules.node_affinity",
+    "webhook.policy.rules.notebook_lifetime",
+    "webhook.policy.rules.priority_class",
+    "webhook.policy.rules.quota",
+    "webhook.policy.rules.resource_shape",
+    "webhook.policy.rules.runtime_class",
+    "webhook.policy.rules.security_context",
+    "webhook.policy.rules.shm",
+    "webhook.policy.rules.spread_replicas",
+    "webhook.policy.rules.tolerations",
+    "webhook.policy.rules.training_locality",
+)
+
+
+def compiled_modules() -> list[str]:
+    """The modules of ``MODULES`` this process loaded from compiled extensions."""
+    return [name for name in MODULES if not str(getattr(importlib.import_module(name), "__file__", "")).endswith(".py")]
+
+
+def policy_core() -> str:
+    """How this process runs the policy core: "compiled", "interpreted", or "partly compiled" (a broken build)."""
+    done = len(compiled_modules())
+    return "compiled" if done == len(MODULES) else "interpreted" if done == 0 else "partly compiled"
