@@ -8,8 +8,11 @@ this file imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
 from one of its classes (mypyc refuses an interpreted subclass of a
-compiled class: ``usage.py`` subclasses ``gpu.py``'s matcher), and stays
-out when it builds pydantic models.
+compiled class: ``usage.py`` subclasses ``gpu.py``'s matcher). Out of it:
+the modules that build pydantic models (the settings, the loader), and
+those whose classes the cluster index and the tests build on or look
+into: ``view.py`` and ``aggregates.py`` (``ClusterIndex`` is an
+``AggregateAnswers``; tests subclass ``SnapshotView``) and ``request.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,23 @@ MODULES = (
     "webhook.policy.affinity",
     "webhook.policy.gpu",
     "webhook.policy.usage",
+    "webhook.policy.cuda",
+    "webhook.policy.nodegroups",
+    "webhook.policy.scheduling",
+    "webhook.policy.quantity",
+    "webhook.policy.images",
+    "webhook.policy.image_table",
+    "webhook.policy.forward_compat",
+    "webhook.policy.resourcequota",
+    "webhook.policy.mig",
+    "webhook.policy.gpu_products",
+    "webhook.policy.severity",
+    "webhook.policy.decision",
+    "webhook.policy.dra",
+    "webhook.policy.claim_gpus",
+    "webhook.policy.device_classes",
+    "webhook.policy.node_devices",
+    "webhook.policy.resource_slices",
     "webhook.policy.rules.cuda_driver",
     "webhook.policy.rules.dra_claims",
     "webhook.policy.rules.gpu_visibility",
