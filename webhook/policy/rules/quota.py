@@ -21,7 +21,7 @@ from webhook.policy import claim_gpus, gpu, match, resourcequota, scheduling, se
 from webhook.policy.context import RuleContext
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
-from webhook.policy.usage import UsageKey
+from webhook.policy.usage import Amounts, Share, UsageKey
 from webhook.policy.view import Resource
 
 PHASES = ("validate",)
@@ -110,8 +110,41 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
             used -= _held(cap, counted, ctx.is_gpu, mine.amounts)
         ask = _amount(counted, me.gpus)
         if used + ask > cap.max:
+            held_in = _holders(ctx, cfg, cap, group, counted, usage.namespaces, mine) if cap.scope == "team" else ""
             ctx.report(f"{ctx.where()}: {_subject(cap, group)} uses {_n(used)} of {cap.max} {cap.resource}"
-                       f"{_qualifier(cap)}; this pod asks for {_n(ask)}{WHAT_TO_DO}", pointer(ctx.spec_path("containers")))
+                       f"{_qualifier(cap)}; this pod asks for {_n(ask)}{held_in}{WHAT_TO_DO}",
+                       pointer(ctx.spec_path("containers")))
+
+
+#: how many of a team's namespaces a denial names
+HOLDERS_NAMED = 5
+
+
+def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, counted: gpu.ResourceMatcher,
+             namespaces: Mapping[str, Amounts], mine: Share | None) -> str:
+    """Where a team cap's GPUs are held: "; held in ml-a 6, ml-b 1", the team's namespaces, most first.
+
+    Worked out only for a denial, so that whoever reads it knows whom to ask:
+    the team's namespaces holding counted GPUs through extended resources
+    (the usage sums) or DRA claims, each counted as the cap counts them.
+    """
+    labels_of = _namespace_labels(ctx)
+    claimed = _claimed_by_namespace(ctx, cfg, cap, team, counted)
+    held: list[tuple[Decimal, str]] = []
+    for namespace in set(namespaces) | set(claimed):
+        if labels_of(namespace).get(cap.teamLabel) != team:
+            continue
+        count = _held(cap, counted, ctx.is_gpu, namespaces.get(namespace, {}).items()) + claimed.get(namespace, 0)
+        if mine is not None and namespace == ctx.request.namespace:  # the pod under admission, already in the view
+            count -= _held(cap, counted, ctx.is_gpu, mine.amounts)
+        if count > 0:
+            held.append((count, namespace))
+    if not held:
+        return ""
+    held.sort(key=lambda item: (-item[0], item[1]))
+    named = ", ".join(f"{namespace} {_n(count)}" for count, namespace in held[:HOLDERS_NAMED])
+    more = len(held) - HOLDERS_NAMED
+    return f"; held in {named}" + (f" and {more} more namespace{'s' if more > 1 else ''}" if more > 0 else "")
 
 
 def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMatcher,
@@ -130,7 +163,13 @@ def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, coun
     templates, claims and device classes that change on their own, so they
     are counted here, over the pods that name claims (few on most clusters).
     """
-    total = Decimal(0)
+    return sum(_claimed_by_namespace(ctx, cfg, cap, group, counted).values(), Decimal(0))
+
+
+def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str,
+                          counted: gpu.ResourceMatcher) -> dict[str, Decimal]:
+    """``_claimed``, per namespace holding some: one pass over the pods that name claims."""
+    total: dict[str, Decimal] = {}
     labels_of = _namespace_labels(ctx)
     for pod in ctx.view.claim_pods():
         meta = _map(pod.get("metadata"))
@@ -146,7 +185,9 @@ def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, coun
         models = claim_gpus.confine(scheduling.label_values(spec, cfg.modelLabel), claims)
         if claims is None or not _counts(cap, str(spec.get("priorityClassName") or ""), models):
             continue
-        total += sum((n for name, n in claims.total().items() if counted(name) and ctx.is_gpu(name)), Decimal(0))
+        devices = sum((n for name, n in claims.total().items() if counted(name) and ctx.is_gpu(name)), Decimal(0))
+        if devices:
+            total[namespace] = total.get(namespace, Decimal(0)) + devices
     return total
 
 
