@@ -111,6 +111,11 @@ def test_sarif_is_valid_2_1_0_and_points_at_file_and_line(capsys: pytest.Capture
     assert len(ids) == len(set(ids)) and "gpu-validations/cudaDriver" in ids
     denial = next(r for r in run["results"] if r["level"] == "error" and r["ruleId"] == "gpu-validations/cudaDriver")
     assert rules[denial["ruleIndex"]]["id"] == denial["ruleId"]
+    for result in run["results"]:  # each message names its object once, at its start
+        text = result["message"]["text"]
+        if result["ruleId"] != "gpu-admission/invalid-manifest":
+            subject = text.split(":", 1)[0].split(" container ", 1)[0].split(" spec.", 1)[0]
+            assert text.count(subject) == 1, text
     physical = denial["locations"][0]["physicalLocation"]
     assert physical["artifactLocation"]["uri"] == (cases / "pods.yaml").as_uri() and physical["region"] == {"startLine": 10}
     warning = next(r for r in run["results"] if r["level"] == "warning")

@@ -27,6 +27,11 @@ def render(report: Report) -> str:
     return dump_json(document(report), expand=4) + "\n"
 
 
+def _text(subject: str, message: str) -> str:
+    """The finding's message, naming the object once: most messages start with it ("Pod ml/x container ...")."""
+    return message if message.startswith(f"{subject} ") or message.startswith(f"{subject}:") else f"{subject}: {message}"
+
+
 def document(report: Report) -> dict[str, Any]:
     rules = _rules(report)
     index = {rule["id"]: position for position, rule in enumerate(rules)}
@@ -38,7 +43,7 @@ def document(report: Report) -> dict[str, Any]:
                 "ruleId": rule_id,
                 **({"ruleIndex": index[rule_id]} if rule_id in index else {}),
                 "level": _LEVEL.get(finding.mode, "note"),
-                "message": {"text": f"{result.request.subject}: {finding.message}"},
+                "message": {"text": _text(result.request.subject, finding.message)},
                 "locations": [_location(result.document, result.request.subject)],
             })
     for problem in report.problems:
