@@ -35,11 +35,13 @@ def breaches(
     asks: Mapping[str, Decimal],
     is_gpu: Callable[[str], bool],
     charged: Mapping[str, Decimal] | None = None,
+    empty: bool = False,
 ) -> list[Breach]:
     """Every GPU quota item (``requests.X``, ``limits.X`` or ``X``) the pod would exceed.
 
     ``charged``: what ``status.used`` already holds of this pod (a pod that exists), taken out of
     the use before its ask is added, so that a namespace exactly at its quota is not over it.
+    ``empty``: as if the namespace used nothing (``asks`` alone exceed the quota).
     """
     found = []
     for quota in quotas:
@@ -51,7 +53,7 @@ def breaches(
             ask = asks.get(resource, Decimal(0))
             if not (is_gpu(resource) and ask):
                 continue
-            held = used.get(key, Decimal(0))
+            held = Decimal(0) if empty else used.get(key, Decimal(0))
             if charged is not None:
                 held -= min(held, charged.get(resource, Decimal(0)))
             if held + ask > limit:

@@ -92,7 +92,7 @@ class QuotaRule(ClusterRuleBase):
     modelLabel: str = Field(default=gpu_products.PRODUCT_LABEL, min_length=1, description="the node label naming the model")
     resourceQuotas: bool = Field(default=True, description="also deny what a native ResourceQuota would")
     templates: Literal["ignore", "warn"] = Field(
-        default="warn", description="warn when a template's replicas × GPUs alone exceed a cap"
+        default="warn", description="warn when a template's replicas × GPUs alone exceed a cap or a native ResourceQuota"
     )
 
 

@@ -211,10 +211,7 @@ def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, 
     if ctx.claims is not None and ctx.claims.quota:  # DRA items: <device-class>.deviceclass.resource.k8s.io/devices
         asks = {**asks, **{k: Decimal(n) for k, n in ctx.claims.quota.items()}}
     quotas = list(ctx.view.resource_quotas(ctx.request.namespace))
-
-    def is_gpu(name: str) -> bool:
-        return ctx.is_gpu(name) or name.endswith(claim_gpus.QUOTA_SUFFIX)
-
+    is_gpu = _quota_gpu(ctx)
     found = resourcequota.breaches(quotas, ctx.spec, asks, is_gpu)
     if found and _charged_already(ctx):  # (looked for only on a breach: rare, and a scan of the namespace's pods)
         found = resourcequota.breaches(quotas, ctx.spec, asks, is_gpu, charged=asks)
@@ -252,6 +249,25 @@ def _check_template(ctx: RuleContext, cfg: QuotaRule, me: _Pod) -> None:
             severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {_n(ask)} {cap.resource} exceed "
                             f"the cap of {cap.max} for {_subject(cap, group)}{_qualifier(cap)}; pods past it "
                             "will be denied", pointer(ctx.spec_path("containers")))
+    if cfg.resourceQuotas and ctx.view.availability("resourcequotas").known:
+        # the namespace's native ResourceQuotas: what the API server itself will refuse pods past
+        asks = {**me.gpus, **{k: Decimal(n) for k, n in (ctx.claims.quota if ctx.claims is not None else {}).items()}}
+        quotas = ctx.view.resource_quotas(ctx.request.namespace)
+        for breach in resourcequota.breaches(quotas, ctx.spec, {k: replicas * n for k, n in asks.items()},
+                                             _quota_gpu(ctx), empty=True):
+            severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {_n(breach.ask / replicas)} "
+                            f"{breach.key} exceed ResourceQuota {breach.quota} ({_n(breach.hard)} in namespace "
+                            f"{ctx.request.namespace}); the API server will refuse pods past it",
+                            pointer(ctx.spec_path("containers")))
+
+
+def _quota_gpu(ctx: RuleContext) -> Callable[[str], bool]:
+    """GPU resources as quotas name them: extended resources, and DRA devices per device class."""
+
+    def is_gpu(name: str) -> bool:
+        return ctx.is_gpu(name) or name.endswith(claim_gpus.QUOTA_SUFFIX)
+
+    return is_gpu
 
 
 def _replicas(ctx: RuleContext) -> int:
