@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak registry-tools
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak registry-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,16 @@ test-interpreted: $(STAMP) registry-tools
 COMPILED := build/compiled/gpu-admission
 ROOT     := $(CURDIR)
 
-compiled: $(STAMP)
+# mypyc's output needs a C compiler (installed when missing and apt-get can, as root) and Python's headers
+c-compiler: $(STAMP)
+	@command -v cc >/dev/null || command -v gcc >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; } || \
+	  { echo "no C compiler: install gcc to build the compiled policy core"; exit 1; }
+	@$(BIN)/python -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null || \
+	  { echo "no Python.h for $$($(BIN)/python -c 'import sys; print(sys.executable)'): install Python's headers (Debian: python3-dev)"; exit 1; }
+
+compiled: $(STAMP) c-compiler
 	rm -rf build/compiled && mkdir -p $(COMPILED)
 	tar -cf - --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./.mypy_cache --exclude=./.pytest_cache \
 	  --exclude=./.hypothesis --exclude='__pycache__' . | tar -xf - -C $(COMPILED)
