@@ -31,7 +31,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from tests.support import free_port
+from tests.support import free_ports
 from webhook import certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +94,10 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+class PortTaken(RuntimeError):
+    """etcd or kube-apiserver could not bind a port picked for it."""
+
+
 def spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A child process in its own group, its output in ``log``, killed when the test run dies."""
     with log.open("ab") as out:
@@ -135,9 +139,21 @@ class ApiServer:
     def version(self) -> str:
         return self.assets.version
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> None:
+        """Start etcd and kube-apiserver; again on new ports when another process took one of
+        them between picking it and binding it (a shared machine runs other jobs)."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                self.stop()
+                shutil.rmtree(self.folder / "etcd", ignore_errors=True)
+                if attempt == attempts - 1:
+                    raise
+
+    def _start(self, timeout: float) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        client_port, peer_port, self.port = free_port(), free_port(), free_port()
+        client_port, peer_port, self.port = free_ports(3)
         etcd_url = f"http://127.0.0.1:{client_port}"
         self.processes.append(spawn([
             str(self.assets.folder / "etcd"), "--data-dir", str(self.folder / "etcd"),
@@ -214,7 +230,9 @@ class ApiServer:
         while time.monotonic() < deadline:
             for proc, name in zip(self.processes, ("etcd", "kube-apiserver"), strict=False):
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+                    tail = self.log_tail(name)
+                    error = PortTaken if "address already in use" in tail else RuntimeError
+                    raise error(f"{name} exited with {proc.returncode}:\n{tail}")
             if self.ca_file.exists() and self._readyz():
                 return
             time.sleep(0.25)
