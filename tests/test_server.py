@@ -148,10 +148,25 @@ async def test_body_over_3_mib_gets_413(webhook: Webhook) -> None:
         assert resp.status == 413
 
 
+async def test_admission_endpoints_answer_as_the_apiserver_calls_them(webhook: Webhook) -> None:
+    """kube-apiserver adds ?timeout= to the URL; a client may ask Expect: 100-continue (the router's path)."""
+    sent = load_review(corpus_reviews()[0])
+    plain = await webhook.review("/mutate", sent)
+    assert plain["response"]["patch"], "the corpus pod is mutated"
+    for path, expect100 in (("/mutate?timeout=10s", False), ("/mutate", True)):
+        async with await webhook.post(path, sent, expect100=expect100) as resp:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["response"] == plain["response"], path
+    async with await webhook.post("/validate?timeout=10s", sent) as resp:
+        assert resp.status == 200 and (await resp.json())["response"]["uid"] == sent["request"]["uid"]
+
+
 async def test_wrong_method_and_unknown_path(webhook: Webhook) -> None:
     async with webhook.session.get(webhook.base + "/mutate") as resp:
         assert resp.status == 405
     async with webhook.session.post(webhook.base + "/nope", data=b"{}") as resp:
+        assert resp.status == 404
+    async with webhook.session.post(webhook.base + "/mutate/", data=b"{}") as resp:
         assert resp.status == 404
 
 

@@ -44,7 +44,7 @@ from aiohttp.web_request import BaseRequest
 
 from webhook import logs, review
 from webhook.errors import GpuAdmissionError
-from webhook.server import keys
+from webhook.server import handlers, keys
 
 log = logging.getLogger(__name__)
 
@@ -381,6 +381,8 @@ async def start(app: web.Application, config: ListenerConfig, ssl_context: ssl.S
         sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
+    assert runner.server is not None
+    runner.server.request_handler = handlers.dispatch(app)  # (before the site makes its first connection)
     site = GuardedSite(runner, config, ssl_context)
     await site.start()
     return Listener(runner, site)
