@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
 from webhook import review
 from webhook.policy.decision import Decision, Finding
+from webhook.policy.request import Request
 from webhook.policy.schema import Mode
 
 
@@ -57,6 +59,21 @@ def _review() -> review.Review:
         "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
                     "namespace": "ml", "name": "train", "object": {"kind": "Pod"}},
     }))
+
+
+def test_a_parsed_request_is_the_request_its_fields_make() -> None:
+    """The server builds Requests without their dataclass __init__ (new_request): the same object."""
+    parsed = _review()
+    expected = Request(operation="CREATE", group="", version="v1", kind="Pod", namespace="ml", name="train",
+                       object={"kind": "Pod"})
+    assert parsed.request == expected
+    assert repr(parsed.request) == repr(expected) and vars(parsed.request) == vars(expected)
+    assert replace(parsed.request, name="other").name == "other"
+    with pytest.raises(FrozenInstanceError):
+        parsed.request.name = "x"  # type: ignore[misc]
+    assert (parsed.api_version, parsed.uid) == ("admission.k8s.io/v1", "u-1")
+    with pytest.raises(AttributeError):
+        parsed.uid = "x"  # type: ignore[misc]
 
 
 def _finding(mode: Mode, message: str, rule: str = "quota") -> Finding:

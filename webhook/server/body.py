@@ -23,7 +23,7 @@ _READ_CHUNK = 64 * 1024
 _Body = TypeVar("_Body", bytes, bytearray)
 
 
-async def read_body(request: web.Request, max_bytes: int, timeout: float) -> bytes:
+async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) -> bytes:
     """The request body, inflated; RequestBodyError (4xx) when it is unusable or too slow."""
     encoding = _encoding(request)
     if request.content_length is not None and request.content_length > max_bytes:
@@ -49,7 +49,9 @@ def _within(body: _Body, max_bytes: int) -> _Body:
     return body
 
 
-def _encoding(request: web.Request) -> str:
+def _encoding(request: web.BaseRequest) -> str:
+    if "Content-Encoding" not in request.headers:  # (nearly every request)
+        return "identity"
     codings = [c.strip().lower() for c in request.headers.get("Content-Encoding", "").split(",") if c.strip()]
     codings = [c for c in codings if c != "identity"]
     if not codings:
@@ -61,7 +63,7 @@ def _encoding(request: web.Request) -> str:
     return codings[0]
 
 
-async def _read_plain(request: web.Request, max_bytes: int) -> bytes:
+async def _read_plain(request: web.BaseRequest, max_bytes: int) -> bytes:
     body = bytearray()
     async for chunk in request.content.iter_chunked(_READ_CHUNK):
         body += chunk
@@ -69,7 +71,7 @@ async def _read_plain(request: web.Request, max_bytes: int) -> bytes:
     return bytes(body)
 
 
-async def _inflate(request: web.Request, max_bytes: int) -> bytes:
+async def _inflate(request: web.BaseRequest, max_bytes: int) -> bytes:
     inflater: zlib._Decompress | None = None
     wire, body = 0, bytearray()
     async for chunk in request.content.iter_chunked(_READ_CHUNK):
@@ -97,5 +99,5 @@ def _inflater_for(encoding: str, first: bytes) -> zlib._Decompress:
     return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
 
 
-def _name(request: web.Request) -> str:
+def _name(request: web.BaseRequest) -> str:
     return request.headers.get("Content-Encoding", "").strip().lower()
