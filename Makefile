@@ -59,13 +59,19 @@ c-compiler: $(STAMP)
 	@$(BIN)/python -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null || \
 	  { echo "no Python.h for $$($(BIN)/python -c 'import sys; print(sys.executable)'): install Python's headers (Debian: python3-dev)"; exit 1; }
 
+# rebuilt when any file of the tree (its content, name or time) changed since the last build
+TREE := tar -cf - --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./.mypy_cache --exclude=./.pytest_cache \
+	  --exclude=./.hypothesis --exclude='__pycache__' .
 compiled: $(STAMP) c-compiler
-	rm -rf build/compiled && mkdir -p $(COMPILED)
-	tar -cf - --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./.mypy_cache --exclude=./.pytest_cache \
-	  --exclude=./.hypothesis --exclude='__pycache__' . | tar -xf - -C $(COMPILED)
-	ln -s $(abspath $(ROOT)/../shared) build/compiled/shared
+	@tree=$$($(TREE) | cksum | cut -d' ' -f1); \
+	if [ -f build/compiled/.tree-$$tree ]; then echo "compiled policy core: up to date (build/compiled)"; exit 0; fi; \
+	set -e; rm -rf build/compiled && mkdir -p $(COMPILED); \
+	$(TREE) | tar -xf - -C $(COMPILED); \
+	ln -s $(abspath $(ROOT)/../shared) build/compiled/shared; \
+	echo "compiling the policy core (mypyc) in $(COMPILED)"; \
 	cd $(COMPILED) && GPU_ADMISSION_COMPILE=1 $(ROOT)/$(BIN)/python setup.py -q build_ext --inplace >build.log 2>&1 \
-	  || { tail -40 build.log; exit 1; }
+	  || { tail -40 build.log; exit 1; }; \
+	touch $(ROOT)/build/compiled/.tree-$$tree
 
 # GPU_ADMISSION_POLICY_CORE=compiled: tests/test_compiled.py fails unless every module listed runs compiled
 test-compiled: compiled registry-tools
