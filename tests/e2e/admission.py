@@ -23,12 +23,13 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from kubernetes import client
 
-from tests.e2e.apiserver import REPO, ApiServer, spawn, stop_process
+from tests.e2e.apiserver import REPO, ApiServer, PortTaken, spawn, stop_process
 from tests.e2e.kube import Kube, Object, documents
 from tests.support import free_port
 
@@ -114,7 +115,30 @@ class Admission:
 
     # -- the server process
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Serve, ready within ``timeout``. The port was picked free but is bound only now: if
+        another process took it meanwhile, the server starts on a new one, which the webhook
+        configurations are pointed at (nothing else in them changes)."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                stop_process(self.process)
+                if attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+                self._point_webhooks_at(self.port)
+
+    def _point_webhooks_at(self, port: int) -> None:
+        for name in WEBHOOK_FILES:
+            for doc in documents(DEPLOY / name):
+                current = self.admin.get(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+                for hook in current["webhooks"]:
+                    path = urllib.parse.urlsplit(hook["clientConfig"]["url"]).path
+                    hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
+                self.admin.replace(current)
+
+    def _start(self, timeout: float) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("KUBECONFIG", None)
         self.process = spawn([
@@ -125,6 +149,8 @@ class Admission:
         ], self.folder / "gpu-admission.log", env=env)
         deadline = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:
+            if self.process.poll() is not None and "address already in use" in self.log_tail(5):
+                raise PortTaken(f"gpu-admission could not listen on port {self.port}:\n{self.log_tail(5)}")
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"gpu-admission did not become ready:\n{self.log_tail()}")
             time.sleep(0.2)
