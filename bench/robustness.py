@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 from tests import fuzz  # noqa: E402
 from tests.conftest import Pki, make_pki  # noqa: E402
 from tests.support import POLICIES  # noqa: E402
-from tests.test_server_shutdown import free_port, start_server, wait_ready  # noqa: E402
+from tests.support import free_port, listening_port  # noqa: E402
+from tests.test_server_shutdown import start_server, wait_ready  # noqa: E402
 from bench import slowloris  # noqa: E402
 from bench.slowloris import NORMAL, REVIEW, cpu_seconds, p99  # noqa: E402
 
@@ -203,9 +204,10 @@ async def run(args: argparse.Namespace) -> None:
     quick, rounds, rate = args.quick, args.rounds or (2 if args.quick else 5), args.rate
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp) / "pki")
-        port, null_port = free_port(), free_port()
-        proc = start_server(pki, POLICIES, port, Path(tmp) / "server.log", "--header-timeout", str(HEADER_TIMEOUT),
+        null_port = free_port()
+        proc = start_server(pki, POLICIES, Path(tmp) / "server.log", "--header-timeout", str(HEADER_TIMEOUT),
                             "--body-timeout", str(BODY_TIMEOUT), level="INFO")
+        port = listening_port(proc)
         null = start_null_server(pki, null_port)
         base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import socket
+import subprocess
+import time
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -83,6 +86,32 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+def listening_port(process: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """The TCP port ``process`` listens on, once it does (Linux: its socket inodes in /proc/net/tcp).
+
+    A server started with ``--port 0`` binds a port the kernel picks: no other process can take
+    it between being picked and being bound, as one picked beforehand (``free_port``) can be."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the server exited with {process.returncode} before it listened"
+        inodes = set()
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{process.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{process.pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(OSError), open(table) as lines:
+                next(lines)
+                for line in lines:
+                    fields = line.split()
+                    if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                        return int(fields[1].rsplit(":", 1)[1], 16)
+        time.sleep(0.05)
+    raise AssertionError(f"the server did not listen within {timeout:g} s")
 
 
 def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:

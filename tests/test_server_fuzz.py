@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests import fuzz
 from tests.conftest import Pki, make_pki
 from tests.support import corpus_reviews, load_review
-from tests.support import free_port
+from tests.support import listening_port
 from tests.test_server_shutdown import start_server, wait_ready
 
 #: `make soak` raises these (GPU_ADMISSION_FUZZ_SCALE=10 sends ten times as many)
@@ -40,8 +40,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pki]
     root = tmp_path_factory.mktemp("fuzz")
     pki = make_pki(root / "pki")
     policies = Path(__file__).resolve().parents[1] / "policies"
-    port = free_port()
-    proc = start_server(pki, policies, port, root / "server.log", level="WARNING")
+    proc = start_server(pki, policies, root / "server.log", level="WARNING")
+    port = listening_port(proc)
     base = f"https://127.0.0.1:{port}"
     asyncio.run(wait_ready(base, pki.client_context(), proc))
     yield base, pki

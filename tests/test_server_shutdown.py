@@ -19,14 +19,15 @@ import aiohttp
 import pytest
 
 from tests.conftest import Pki
-from tests.support import REPO, corpus_reviews, free_port, load_review
+from tests.support import REPO, corpus_reviews, listening_port, load_review
 from webhook import cli
 
 DRAIN, TIMEOUT = 1.5, 8.0
 
 
-def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str, level: str = "INFO") -> subprocess.Popen[bytes]:
-    """`gpu-admission serve` in a process of its own, its JSON log lines written to ``log``."""
+def start_server(pki: Pki, policy_dir: Path, log: Path, *extra: str, level: str = "INFO", port: int = 0) -> subprocess.Popen[bytes]:
+    """`gpu-admission serve` in a process of its own, its JSON log lines written to ``log``; on a port
+    the kernel picks (``listening_port`` finds it) unless ``port`` is given."""
     return subprocess.Popen(
         [sys.executable, "-m", "webhook", "--log-level", level, "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
          "--policies", str(policy_dir), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
@@ -36,11 +37,11 @@ def start_server(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str, 
 
 
 @contextlib.contextmanager
-def serving(pki: Pki, policy_dir: Path, port: int, log: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``start_server``, killed on the way out if the test left it running."""
-    proc = start_server(pki, policy_dir, port, log, *extra)
+def serving(pki: Pki, policy_dir: Path, log: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``start_server`` and the port it listens on; killed on the way out if the test left it running."""
+    proc = start_server(pki, policy_dir, log, *extra)
     try:
-        yield proc
+        yield proc, listening_port(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -100,9 +101,8 @@ async def slow_upload(port: int, ctx: ssl.SSLContext, body: bytes, started: asyn
 async def test_sigterm_under_keep_alive_load_loses_no_request(
     pki: Pki, policy_dir: Path, tmp_path: Path, flags: tuple[str, ...], event_loop: str
 ) -> None:
-    port = free_port()
-    base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
-    with serving(pki, policy_dir, port, tmp_path / "server.log", *flags) as proc:
+    with serving(pki, policy_dir, tmp_path / "server.log", *flags) as (proc, port):
+        base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         await wait_ready(base, ctx, proc)
         sent = load_review(corpus_reviews()[0])
         body, uid = json.dumps(sent).encode(), sent["request"]["uid"]
@@ -141,7 +141,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_pa
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        proc = start_server(pki, policy_dir, taken.getsockname()[1], tmp_path / "server.log")
+        proc = start_server(pki, policy_dir, tmp_path / "server.log", port=taken.getsockname()[1])
         assert proc.wait(30) == 1
     lines = (tmp_path / "server.log").read_text().splitlines()
     assert lines[-1].startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in "".join(lines)
@@ -161,9 +161,8 @@ async def test_a_connection_accepted_before_the_listener_closes_is_answered_afte
 ) -> None:
     """Under load a client's TLS handshake can outlast the drain: the connection was accepted, its
     request is still to come, and the server must wait for it rather than stop."""
-    port = free_port()
-    base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
-    with serving(pki, policy_dir, port, tmp_path / "server.log", "--event-loop", event_loop) as proc:
+    with serving(pki, policy_dir, tmp_path / "server.log", "--event-loop", event_loop) as (proc, port):
+        base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         await wait_ready(base, ctx, proc)
         body = json.dumps(load_review(corpus_reviews()[0])).encode()
         sock = socket.create_connection(("127.0.0.1", port))  # accepted; no ClientHello yet
@@ -195,10 +194,9 @@ async def test_a_probe_or_a_failed_handshake_before_sigterm_does_not_hold_the_st
     failed; the stop must not wait the handshake timeout for such a connection. The bound below is
     a behaviour bound (a third of the handshake timeout), not a speed target."""
     handshake = 30.0
-    port = free_port()
-    base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
-    with serving(pki, policy_dir, port, tmp_path / "server.log", "--event-loop", event_loop,
-                        "--handshake-timeout", str(handshake), "--shutdown-timeout", str(handshake + 10)) as proc:
+    with serving(pki, policy_dir, tmp_path / "server.log", "--event-loop", event_loop,
+                        "--handshake-timeout", str(handshake), "--shutdown-timeout", str(handshake + 10)) as (proc, port):
+        base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         await wait_ready(base, ctx, proc)
         await asyncio.to_thread(_probe_and_failed_handshake, port)
         stopped_at = time.monotonic()
@@ -211,9 +209,8 @@ async def test_a_probe_or_a_failed_handshake_before_sigterm_does_not_hold_the_st
 
 async def test_serve_parks_a_trickling_head_after_park_after_seconds(pki: Pki, policy_dir: Path, tmp_path: Path) -> None:
     """`serve --park-after` reaches the listener: a head trickling past it is parked (counted in /metrics)."""
-    port = free_port()
-    ctx, base = pki.client_context(), f"https://127.0.0.1:{port}"
-    with serving(pki, policy_dir, port, tmp_path / "server.log", "--park-after", "0.2", "--header-timeout", "1") as proc:
+    with serving(pki, policy_dir, tmp_path / "server.log", "--park-after", "0.2", "--header-timeout", "1") as (proc, port):
+        base, ctx = f"https://127.0.0.1:{port}", pki.client_context()
         await wait_ready(base, ctx, proc)
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
         writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\n")

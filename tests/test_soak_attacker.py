@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import Pki
-from tests.support import REPO, free_port
+from tests.support import REPO
 from tests.test_server_shutdown import serving, wait_ready
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -24,11 +24,10 @@ HEADER_TIMEOUT, BODY_TIMEOUT = 1.0, 4.0
 async def test_the_attacker_trickles_on_every_connection_until_the_server_closes_it(
     pki: Pki, policy_dir: Path, tmp_path: Path
 ) -> None:
-    port = free_port()
-    base = f"https://127.0.0.1:{port}"
     out: queue.Queue[Any] = queue.Queue()
-    with serving(pki, policy_dir, port, tmp_path / "server.log", "--header-timeout", str(HEADER_TIMEOUT),
-                 "--body-timeout", str(BODY_TIMEOUT), "--park-after", "0.5") as proc:
+    with serving(pki, policy_dir, tmp_path / "server.log", "--header-timeout", str(HEADER_TIMEOUT),
+                 "--body-timeout", str(BODY_TIMEOUT), "--park-after", "0.5") as (proc, port):
+        base = f"https://127.0.0.1:{port}"
         await wait_ready(base, pki.client_context(), proc)
         await asyncio.to_thread(slowloris.attacker, base, str(pki.ca), HEADS, BODIES, out)
     first, opened = out.get_nowait()
