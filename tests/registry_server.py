@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support import free_port, send_json
+from tests.support import listening_port, send_json
 
 BINARY = shutil.which("docker-registry")
 HTPASSWD = shutil.which("htpasswd")
@@ -52,14 +52,13 @@ class Registry:
 
 @contextmanager
 def run_registry(workdir: Path, auth: str = "none") -> Iterator[Registry]:
-    """A registry on a free port: ``auth`` none, htpasswd (user "puller") or token (anonymous pull)."""
+    """A registry on a port the kernel picks: ``auth`` none, htpasswd (user "puller") or token (anonymous pull)."""
     assert BINARY is not None
-    port = free_port()
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "error", "accesslog": {"disabled": True}},
         "storage": {"filesystem": {"rootdirectory": str(workdir / "storage")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}", "secret": "tests"},
+        "http": {"addr": "127.0.0.1:0", "secret": "tests"},  # (a port the kernel picks: listening_port)
     }
     registry_user: tuple[str, str] | None = None
     token_service: _TokenService | None = None
@@ -75,8 +74,9 @@ def run_registry(workdir: Path, auth: str = "none") -> Iterator[Registry]:
     (workdir / "config.yml").write_text(yaml.safe_dump(config))
     process = subprocess.Popen([BINARY, "serve", str(workdir / "config.yml")], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-    registry = Registry(f"127.0.0.1:{port}", process, token_service.url if token_service else "", registry_user)
+    registry = Registry("", process, token_service.url if token_service else "", registry_user)
     try:
+        registry.host = f"127.0.0.1:{listening_port(process)}"
         _wait_until_up(registry)
         yield registry
     finally:
