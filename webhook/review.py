@@ -88,7 +88,6 @@ def parse_review(body: bytes | str) -> Review:
     return _new_review(Review, (api_version, _uid(req), _request(req)))
 
 
-
 def _uid(req: Mapping[str, Any]) -> str:
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid:
