@@ -127,9 +127,14 @@ def kind_index(kinds: Iterable[KindPaths]) -> dict[tuple[str, str], KindPaths]:
 
 
 def is_windows(spec: Mapping[str, Any]) -> bool:
-    """A pod spec for Windows nodes (no /dev/shm, no Linux security fields)."""
+    """A pod spec for Windows nodes (no /dev/shm, no Linux security fields, no Linux runtime class):
+    ``os.name: windows``, or, in pods written before that field (and still common), a
+    ``nodeSelector`` on ``kubernetes.io/os: windows`` (which every HostProcess pod also needs)."""
     pod_os = spec.get("os")
-    return type(pod_os) is dict and pod_os.get("name") == "windows"
+    if type(pod_os) is dict and pod_os.get("name") == "windows":
+        return True
+    selector = spec.get("nodeSelector")
+    return type(selector) is dict and selector.get("kubernetes.io/os") == "windows"
 
 
 def owner_kinds(meta: Mapping[str, Any]) -> set[str]:

@@ -1,9 +1,10 @@
-"""runtimeClassName: set when absent (or overridden), never to a class the cluster lacks."""
+"""runtimeClassName: set when absent (or overridden), never to a class the cluster lacks, never on Windows pods."""
 
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import RuntimeClassRule
+from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
 
@@ -12,6 +13,8 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     # (pod facts before settings: a setting is a pydantic model's attribute, slower to read)
     if ctx.claims is not None and cfg.draPods == "skip" and not ctx.extended_slots():
         return  # GPUs from DRA claims only: CDI, not the runtime class, hands them over
+    if is_windows(ctx.spec):
+        return  # the nvidia runtime handler is a Linux one: a Windows node has none, and the pod would not start
     current, name = ctx.spec.get("runtimeClassName"), cfg.name
     if current == name or (current and not cfg.override):
         return

@@ -25,7 +25,7 @@ MIB_BYTES = 2**20
 
 def run(ctx: RuleContext, cfg: ShmRule) -> None:
     spec = ctx.spec
-    if spec.get("hostIPC") is True or ("os" in spec and is_windows(spec)):  # (most specs name no OS)
+    if spec.get("hostIPC") is True or is_windows(spec):
         # with hostIPC the runtime mounts the host's /dev/shm, which the pod shares on purpose;
         # Windows has no /dev/shm
         return
