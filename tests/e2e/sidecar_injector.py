@@ -1,6 +1,7 @@
 """A second mutating webhook, the way a sidecar injector (Istio, Vault, a logging agent) is one.
 
-It adds a container ``injected-sidecar`` to labelled pods, once: its patch
+It adds a container ``injected-sidecar`` to labelled pods, once (and, asked by
+``CLASS_LABEL``, the label that decides a pod's workload class): its patch
 changes the object after gpu-admission's, so kube-apiserver calls
 gpu-admission again (``reinvocationPolicy: IfNeeded``). It runs in a thread of
 the test process behind real TLS.
@@ -25,11 +26,20 @@ SELECT_LABEL = "e2e.gpu-admission.io/inject-sidecar"
 SIDECAR = {"name": "injected-sidecar", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
 
 
+#: a pod labelled so also gets the workload-class label of this value, after gpu-admission's first call
+CLASS_LABEL = "e2e.gpu-admission.io/inject-class"
+
+
 def _patch(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    patch: list[dict[str, Any]] = []
+    labels = pod.get("metadata", {}).get("labels") or {}
+    wanted = labels.get(CLASS_LABEL)
+    if wanted and labels.get("gpu-admission.io/workload-class") != wanted:
+        patch.append({"op": "add", "path": "/metadata/labels/gpu-admission.io~1workload-class", "value": wanted})
     containers = pod.get("spec", {}).get("containers") or []
-    if any(c.get("name") == SIDECAR["name"] for c in containers):
-        return []
-    return [{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}]
+    if not any(c.get("name") == SIDECAR["name"] for c in containers):
+        patch.append({"op": "add", "path": "/spec/containers/-", "value": SIDECAR})
+    return patch
 
 
 class _Handler(BaseHTTPRequestHandler):

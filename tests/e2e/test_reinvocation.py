@@ -53,6 +53,23 @@ def test_a_sidecar_injector_after_us_reinvokes_us_and_nothing_is_duplicated(
     _assert_reinvoked(stored, str(sidecar_injector.SIDECAR["name"]))
 
 
+def test_a_class_label_added_after_our_first_call_brings_the_class_and_its_priority(
+    admin: Kube, namespace: str, injector: list[int]
+) -> None:
+    """We set the class on the reinvocation, after which no built-in plugin runs: the pod must not
+    be stored without the class's priority (0, free to preempt) or be refused for it."""
+    labels = {sidecar_injector.SELECT_LABEL: "on", sidecar_injector.CLASS_LABEL: "inference"}
+    probe = pod("probe-class", namespace, gpu_container(), labels=labels)
+    eventually(lambda: any(c["name"] == sidecar_injector.SIDECAR["name"]
+                           for c in admin.create(probe, dry_run="All")["spec"]["containers"]),
+               what="the apiserver calling the injector")
+    stored = admin.create(pod("late-class", namespace, gpu_container(), labels=labels))
+    assert stored["metadata"]["labels"]["gpu-admission.io/workload-class"] == "inference"
+    spec = stored["spec"]
+    assert spec["priorityClassName"] == "gpu-inference"
+    assert (spec.get("priority"), spec.get("preemptionPolicy")) == (100000, "PreemptLowerPriority")
+
+
 def _map_version(admin: Kube) -> str | None:
     found = {r.group_version for r in admin.dynamic.resources.search(kind="MutatingAdmissionPolicy")}
     for version in ("v1", "v1beta1", "v1alpha1"):

@@ -1,4 +1,4 @@
-"""priorityClassName by workload class, with spec.priority dropped so it is recomputed."""
+"""priorityClassName by workload class, with spec.priority and preemptionPolicy set to the class's (or dropped, to be recomputed)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,23 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
             "spec.priorityClassName",
         )
         return
-    ctx.builder.put(ctx.spec, ctx.target.spec_path, "priorityClassName", name)
-    # the Priority plugin already wrote these from the old class; left in place
-    # they make its second pass reject the pod (FACTS.md §5)
-    for field in ("priority", "preemptionPolicy"):
-        if field in ctx.spec:
-            ctx.builder.remove(ctx.spec_path(field))
+    builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
+    builder.put(spec, base, "priorityClassName", name)
+    # The Priority plugin already wrote these from the old class: left in place they make its
+    # second pass reject the pod (FACTS.md §5). A pod gets its new class's values where the view
+    # knows the class: when this change comes on a reinvocation (another webhook changed the pod
+    # after our first call, e.g. added the label that decides its class), no built-in plugin runs
+    # after it, and a pod without them would be stored at priority 0, free to preempt. Otherwise,
+    # and in templates, they are removed, for the plugin to compute.
+    found = ctx.view.priority_class(name) if ctx.target.is_pod else None
+    value = found.get("value") if found else None
+    if found and type(value) is int:
+        builder.put(spec, base, "priority", value)
+        builder.put(spec, base, "preemptionPolicy", found.get("preemptionPolicy") or "PreemptLowerPriority")
+    else:
+        for field in ("priority", "preemptionPolicy"):
+            if field in spec:
+                builder.remove(ctx.spec_path(field))
     ctx.changed("priorityClassName")
 
 
