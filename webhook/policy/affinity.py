@@ -36,12 +36,16 @@ def relation(have: Expression, wanted: Expression) -> str:
     if w_op == "In":
         if op == "In":
             return "implies" if values <= w_values else ("conflicts" if not values & w_values else "independent")
+        if op == "NotIn":  # excluding every wanted value leaves none
+            return "conflicts" if w_values <= values else "independent"
         return "conflicts" if op == "DoesNotExist" else "independent"
     if w_op == "Exists":
         return "implies" if op in ("In", "Gt", "Lt") else ("conflicts" if op == "DoesNotExist" else "independent")
     if w_op == "NotIn":
         if op == "In":
             return "implies" if not values & w_values else ("conflicts" if values <= w_values else "independent")
+        if op == "NotIn":  # excluding more excludes what is wanted
+            return "implies" if w_values <= values else "independent"
         return "implies" if op == "DoesNotExist" else "independent"
     if w_op == "DoesNotExist":
         return "conflicts" if op in ("In", "Exists", "Gt", "Lt") else "independent"
