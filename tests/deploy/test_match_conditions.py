@@ -183,11 +183,55 @@ CORPUS_CASES = [
     ("009_mutate_delete_pods_.json", False),  # DELETE: not in the rules
     ("011_mutate_create_pods_dryrun.json", True),
     ("013_mutate_create_statefulsets_.json", True),
-    ("014_mutate_create_daemonsets_.json", True),
+    ("014_mutate_create_daemonsets_.json", False),  # dcgm-exporter: its template asks for no GPU
     ("015_mutate_update_pods_ephemeralcontainers_.json", False),  # subresource
     ("017_validate_create_pytorchjobs_.json", True),
     ("018_validate_create_rayclusters_.json", True),
 ]
+
+
+def _template(request: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of a workload request's template (CronJobs nest theirs in a Job's)."""
+    spec = request["object"]["spec"]
+    return (spec["jobTemplate"]["spec"] if "jobTemplate" in spec else spec)["template"]["spec"]
+
+
+def _without_gpus(request: dict[str, Any]) -> dict[str, Any]:
+    for container in _template(request)["containers"]:
+        for field in ("limits", "requests"):
+            for name in [n for n in (container.get("resources") or {}).get(field, {}) if "gpu" in n]:
+                del container["resources"][field][name]
+    return request
+
+
+TEMPLATES = ["006_mutate_create_deployments_.json", "007_mutate_create_jobs_.json",
+             "008_mutate_create_cronjobs_.json", "013_mutate_create_statefulsets_.json"]
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_built_in_workloads_are_sent_only_when_their_template_asks_for_a_gpu(hook: dict[str, Any], name: str) -> None:
+    """A Deployment, Job, CronJob or StatefulSet without GPUs costs no call, and an outage cannot block it."""
+    assert _sent(hook, _pod(name)) is True
+    plain = _without_gpus(_pod(name))
+    assert _conditions(hook, plain)["workload-templates-requesting-gpus"] is False
+    assert _sent(hook, plain) is False
+    claims = _without_gpus(_pod(name))
+    _template(claims)["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
+    assert _sent(hook, claims) is True
+    mig = _without_gpus(_pod(name))
+    _template(mig).setdefault("initContainers", []).append(
+        {"name": "i", "image": "x", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}})
+    assert _sent(hook, mig) is True
+    odd = _pod(name)
+    odd["object"]["spec"].pop("jobTemplate", None)
+    odd["object"]["spec"].pop("template", None)
+    assert _conditions(hook, odd)["workload-templates-requesting-gpus"] is False  # no error, not sent
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+def test_custom_resource_workloads_are_sent_as_they_are(hook: dict[str, Any]) -> None:
+    assert _conditions(hook, _pod("017_validate_create_pytorchjobs_.json"))["workload-templates-requesting-gpus"] is True
 
 
 @pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
