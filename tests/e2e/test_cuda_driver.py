@@ -73,3 +73,20 @@ def test_a_pool_of_mixed_drivers_steers_the_pod_onto_the_capable_ones(
                 for i, driver in enumerate(["535.104.05", "575.57.08", "550.163.01"])]
     eligible = scheduling.NodeFilter(stored["spec"], {"nvidia.com/gpu": Decimal(1)}).select(upgraded)
     assert sorted(scheduling.node_name(n) for n in eligible) == [f"{pool}-1", f"{pool}-2"]
+
+
+def test_setting_an_image_the_node_cannot_run_on_a_pod_is_refused(admin: Kube, admission: Admission, namespace: str) -> None:
+    """`kubectl set image` on a pod: images are the part of a pod's spec an UPDATE may change."""
+    pool = _pool(admin, admission, ["535.104.05"], ready=True)
+    old = pod("set-image", namespace, gpu_container(image="nvidia/cuda:12.2.0-runtime-ubuntu22.04"),
+              nodeSelector={"e2e-pool": pool}, tolerations=[TOLERATE_GPU])
+    stored = admin.create(old)
+    name = stored["spec"]["containers"][0]["name"]
+    relabelled = admin.patch(stored, {"metadata": {"labels": {"touched": "yes"}}})
+    assert relabelled["metadata"]["labels"]["touched"] == "yes", "an UPDATE changing no image is not judged"
+    with pytest.raises(Refused) as refused:
+        admin.patch(stored, {"spec": {"containers": [{"name": name, "image": CUDA_124}]}},
+                    content_type="application/strategic-merge-patch+json")
+    message = refused.value.message
+    assert 'admission webhook "validate.gpu-admission.io" denied the request' in message
+    assert "CUDA 12.4.1" in message and "535.104.05" in message, message

@@ -80,8 +80,11 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     obj = request.object
     if request.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
         return ALLOW
-    if request.kind == "Pod" and request.operation == "UPDATE":
-        # a running pod's spec is immutable: nothing to patch, nothing newly wrong
+    if request.kind == "Pod" and request.operation == "UPDATE" and (
+            phase != "validate" or not _images_changed(obj, request.old_object)):
+        # a pod's spec is immutable but for its images (and a few scheduling fields): nothing to patch,
+        # and nothing newly wrong unless an image changed (kubectl set image), which validation judges,
+        # a violation the old pod already had only warning (_forgive_preexisting)
         return ALLOW
     paths = policies.kinds.get((request.group, request.kind))
     claim = dra.is_claim(request.group, request.kind)
@@ -100,6 +103,24 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
         return _forgive_preexisting(policies, request, view, decision)
     return decision
+
+
+def _images_changed(obj: dict[str, Any], old: Mapping[str, Any] | None) -> bool:
+    """Whether a pod UPDATE changes an image of its containers or init containers (without the old
+    pod, which kube-apiserver always sends, nothing is known to have changed)."""
+    return isinstance(old, dict) and _images(obj) != _images(old)
+
+
+def _images(pod: Mapping[str, Any]) -> list[Any]:
+    spec = pod.get("spec")
+    images: list[Any] = []
+    if type(spec) is dict:
+        for list_name in ("containers", "initContainers"):
+            items = spec.get(list_name)
+            if type(items) is list:
+                for container in items:
+                    images.append(container.get("image") if type(container) is dict else None)
+    return images
 
 
 def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterView, decision: Decision) -> Decision:
