@@ -47,6 +47,25 @@ def test_write_mutated_mirrors_the_inputs_and_a_second_pass_changes_nothing(tmp_
     assert [r["patch"] for r in json.loads(out)["results"]] == [[], []]
 
 
+def test_write_mutated_keeps_inputs_of_the_same_name_apart_and_json_as_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for team in ("team-a", "team-b"):
+        write(tmp_path / team / "pod.json", json.dumps(yaml.safe_load(GPU_POD)))
+        write(tmp_path / team / "pod.yaml", GPU_POD)
+    write(tmp_path / "loose" / "team-a" / "pod.yaml", GPU_POD)
+    out_dir = tmp_path / "out"
+    audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(tmp_path / "team-a"),
+          str(tmp_path / "team-b"), str(tmp_path / "loose" / "team-a" / "pod.yaml"))
+    written = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+    assert written == ["team-a/pod-2.yaml", "team-a/pod.json", "team-a/pod.yaml", "team-b/pod.json", "team-b/pod.yaml"]
+    for name in written:
+        text = (out_dir / name).read_text()
+        (obj,) = [json.loads(text)] if name.endswith(".json") else list(yaml.safe_load_all(text))
+        assert obj["spec"]["runtimeClassName"] == "nvidia", name
+    _, out, _ = audit(capsys, "-o", "json", "--cluster-state", str(CLUSTER), str(out_dir))
+    assert [r["patch"] for r in json.loads(out)["results"]] == [[]] * 5
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 100.0

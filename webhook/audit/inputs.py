@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +77,11 @@ def find_files(paths: Iterable[str]) -> list[SourceFile]:
     """The files behind the command line's paths (folders recursively, sorted, dot-folders and dot-files
     skipped); ManifestError if a path is missing or a folder holds no manifest file."""
     files: list[SourceFile] = []
+    given: list[str] = []  # the name of the path each file was found under
     for raw in paths:
         if raw == STDIN:
             files.append(SourceFile(STDIN, "stdin.yaml"))
+            given.append("")
             continue
         path = Path(raw)
         if path.is_dir():
@@ -87,11 +90,35 @@ def find_files(paths: Iterable[str]) -> list[SourceFile]:
             if not found:
                 raise ManifestError(f"{path}: no manifest files ({', '.join('*' + s for s in MANIFEST_SUFFIXES)}) in it")
             files.extend(SourceFile(str(p), str(p.relative_to(path))) for p in found)
+            given.extend(path.resolve().name for _ in found)
         elif path.is_file():
             files.append(SourceFile(str(path), path.name))
+            given.append(path.resolve().parent.name)
         else:
             raise ManifestError(f"{path}: no such file or folder")
-    return files
+    return _distinct(files, given)
+
+
+def _distinct(files: list[SourceFile], given: list[str]) -> list[SourceFile]:
+    """Each file its own relative path (--write-mutated writes one file per input file): two inputs
+    of the same relative path (``a/pod.yaml`` and ``b/pod.yaml``) are kept below the names of the
+    folders they came from (``a/pod.yaml``, ``b/pod.yaml``), and numbered if even those agree."""
+    counts = Counter(f.relative for f in files)
+    if all(n == 1 for n in counts.values()):
+        return files
+    renamed = [SourceFile(f.path, f"{name}/{f.relative}" if counts[f.relative] > 1 and name else f.relative)
+               for f, name in zip(files, given)]
+    taken: set[str] = set()
+    distinct = []
+    for f in renamed:
+        relative, n = f.relative, 1
+        while relative in taken:
+            n += 1
+            stem, dot, suffix = f.relative.rpartition(".")
+            relative = f"{stem}-{n}.{suffix}" if dot else f"{f.relative}-{n}"
+        taken.add(relative)
+        distinct.append(SourceFile(f.path, relative))
+    return distinct
 
 
 def _hidden(relative: Path) -> bool:
