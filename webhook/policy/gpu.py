@@ -124,8 +124,9 @@ def gpu_names(container: Mapping[str, Any], is_gpu: ResourceMatcher) -> Abstract
 
 
 def is_zero(value: object) -> bool:
-    """Is this a quantity of exactly zero ("0", 0, "0m", "0.0", "0Gi")? What does not parse is not zero."""
-    return quantity.parse_quantity(value) == 0
+    """Is this a quantity of exactly zero ("0", 0, "0m", "0.0", "0Gi", or null, which kube-apiserver
+    decodes as a zero quantity)? What does not parse is not zero."""
+    return value is None or quantity.parse_quantity(value) == 0
 
 
 def held(names: AbstractSet[str], limits: object, requests: object) -> AbstractSet[str]:
