@@ -66,6 +66,18 @@ def test_write_mutated_keeps_inputs_of_the_same_name_apart_and_json_as_json(
     assert [r["patch"] for r in json.loads(out)["results"]] == [[]] * 5
 
 
+def test_write_mutated_refuses_to_overwrite_the_manifests_it_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in"
+    write(source / "pod.yaml", GPU_POD)
+    write(source / "values.yaml", "replicaCount: 2\nimage: {tag: v1}\n")  # not a Kubernetes object
+    before = {p.name: p.read_text() for p in source.iterdir()}
+    code, _, err = audit(capsys, "--write-mutated", str(source), "--cluster-state", str(CLUSTER), str(source))
+    assert code == 2 and "is a manifest read" in err and "nothing was written" in err, err
+    assert {p.name: p.read_text() for p in source.iterdir()} == before
+    code, _, _ = audit(capsys, "--write-mutated", str(source / "out"), "--cluster-state", str(CLUSTER), str(source))
+    assert code != 2 and (source / "out" / "pod.yaml").is_file()  # (values.yaml: a problem, exit 1)
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 100.0

@@ -155,6 +155,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
             progress.object_done()
     finally:
         progress.close()
+    if args.write_mutated:
+        mutated.check_targets(args.write_mutated, files)  # (before the report: refused, nothing is written)
     _emit(args, report, stdout, stderr, notes)
     if args.write_mutated:
         mutated.write(args.write_mutated, files)

@@ -46,8 +46,23 @@ def diff(results: Iterable[Result]) -> str:
     return "".join(chunks)
 
 
+def check_targets(directory: Path, files: dict[str, list[Entry]]) -> None:
+    """ManifestError if writing below ``directory`` would overwrite a manifest that was read (DIR is
+    an input folder): the written file leaves out what could not be read (a Helm values file, a CI
+    workflow), so the source would be lost."""
+    sources = {Path((e[0] if isinstance(e, tuple) else e).source).resolve() for entries in files.values() for e in entries}
+    for relative in files:
+        target = directory / relative
+        if target.resolve() in sources:
+            raise ManifestError(
+                f"--write-mutated {directory}: {target} is a manifest read; write the mutated manifests to "
+                "another folder (nothing was written)"
+            )
+
+
 def write(directory: Path, files: dict[str, list[Entry]]) -> list[Path]:
     """One file per input file below ``directory``, each document mutated as it would be admitted."""
+    check_targets(directory, files)
     written = []
     for relative, entries in files.items():
         target = directory / relative
