@@ -234,3 +234,7 @@ def test_notes_are_pass_or_skip_in_a_policyreport_not_fail(capsys: pytest.Captur
     _validate(REPORT_SCHEMA, report)
     [note] = [f for f in report["results"][0]["findings"] if f["rule"] == "cudaDriver"]
     assert note["mode"] == "note"
+    # the text report's counts per rule name it a note too, not an audit-mode finding
+    _, out, _ = audit(capsys, "--cluster-state", str(CLUSTER), str(tmp_path / "deploy.yaml"))
+    [line] = [line for line in out.splitlines() if line.strip().startswith("gpu-validations/cudaDriver")]
+    assert line.split()[1:] == ["note", "1"], line

@@ -52,11 +52,11 @@ class Report:
         return Counter(r.verdict for r in self.results)
 
     def rule_counts(self) -> dict[str, Counter[str]]:
-        """policy/rule → findings per mode, in the order rules were first seen."""
+        """policy/rule → findings per label (the mode, or "note"), in the order rules were first seen."""
         counts: dict[str, Counter[str]] = {}
         for result in self.results:
             for finding in result.findings:
-                counts.setdefault(f"{finding.policy}/{finding.rule}", Counter())[finding.mode] += 1
+                counts.setdefault(f"{finding.policy}/{finding.rule}", Counter())[finding.label] += 1
         return counts
 
 

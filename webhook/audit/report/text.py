@@ -27,7 +27,7 @@ def render(report: Report) -> str:
         lines.append("")
         lines.append("findings per rule:")
         for rule, by_mode in counts.items():
-            modes = "  ".join(f"{mode} {by_mode[mode]}" for mode in ("enforce", "warn", "audit") if by_mode[mode])
+            modes = "  ".join(f"{mode} {by_mode[mode]}" for mode in ("enforce", "warn", "audit", "note") if by_mode[mode])
             lines.append(f"  {rule:{width}}  {modes}")
     lines.append(_totals(report))
     return "\n".join(lines) + "\n"
