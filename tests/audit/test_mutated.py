@@ -25,6 +25,12 @@ def test_diff_shows_each_changed_object_and_nothing_else(tmp_path: Path, capsys:
     assert "svc" not in out and out.count("\n--- ") == 0
 
 
+def test_diff_with_a_report_format_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path / "p.yaml", GPU_POD)
+    code, out, err = audit(capsys, "--diff", "-o", "sarif", "--cluster-state", str(CLUSTER), str(path))
+    assert code == 2 and out == "" and "--diff prints a diff instead of a report" in err, err
+
+
 def test_write_mutated_mirrors_the_inputs_and_a_second_pass_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "in"
     write(source / "apps" / "pods.yaml", GPU_POD + "---\n" + SERVICE + "---\nkind: [\n")

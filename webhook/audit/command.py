@@ -166,6 +166,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
 def _check_usage(args: argparse.Namespace) -> None:
     if not args.paths and not args.cluster:
         raise ManifestError("nothing to audit: give manifest PATHs, - for stdin, or --cluster")
+    if args.diff and args.output != "text":
+        raise ManifestError(f"--diff prints a diff instead of a report: it takes no -o {args.output} (run them apart)")
     if args.cluster and args.cluster_state:
         raise ManifestError("--cluster and --cluster-state are alternatives: use one")
     if args.page_size < 1:
