@@ -121,3 +121,10 @@ def test_a_bad_gpu_request_anywhere_is_always_found(kind: str, specs: tuple[Spec
     assert not decision.allowed, obj
     assert any(label in f.message and resource in f.message for f in decision.denials), decision.message()
     assert _shape_findings(wrap(good_spec, good_spec)) == [], "the same object without the bad container is clean"
+
+
+def test_a_yaml_boolean_for_a_gpu_count_is_named_as_written() -> None:
+    """`nvidia.com/gpu: yes` reads as a boolean: the message says true, as the manifest's JSON would."""
+    pod = _obj("v1", "Pod", {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": True}}}]})
+    decision = engine.evaluate(POLICY_SET, Request.for_object(pod), EMPTY_VIEW, "validate")
+    assert "nvidia.com/gpu: true is not a valid quantity" in decision.message(), decision.message()

@@ -33,7 +33,9 @@ def parse_quantity(value: object) -> Decimal | None:
         return _bounded(Decimal(str(value)))
     if not isinstance(value, str):
         return None
-    text = value.strip()
+    text = value
+    if not text or text != text.strip():
+        return None  # kube-apiserver refuses surrounding spaces ("  1")
     multiplier = Decimal(1)
     for suffix in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
         if text.endswith(suffix):

@@ -67,8 +67,11 @@ def _check_quantities(ctx: RuleContext, ref: gpu.ContainerRef, name: str) -> Non
         if value is not None and value >= 0 and quantity.is_whole(value):
             continue  # the common case: where and path are worked out only for a finding
         where, path = ctx.where(ref, f"resources.{field}"), _pointer(ctx, ref.list_name, ref.index, "resources", field, name)
-        if value is None or value < 0:
-            ctx.report(f"{where}: {name}: {text!r} is not a valid quantity; ask for a whole number of devices", path)
+        if value is not None and value < 0:
+            ctx.report(f"{where}: {name} is {text}, below zero; ask for a whole number of devices", path)
+        elif value is None:
+            shown = str(text).lower() if isinstance(text, bool) else repr(text)  # YAML's yes/no are booleans
+            ctx.report(f"{where}: {name}: {shown} is not a valid quantity; ask for a whole number of devices", path)
         else:
             ctx.report(f"{where}: {name} is {text}, a fraction; GPUs are whole devices: ask for an integer "
                        "(share GPUs through MIG or time-slicing)", path)
