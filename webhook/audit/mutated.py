@@ -61,8 +61,8 @@ def check_targets(directory: Path, files: dict[str, list[Entry]]) -> None:
 
 
 def write(directory: Path, files: dict[str, list[Entry]]) -> list[Path]:
-    """One file per input file below ``directory``, each document mutated as it would be admitted."""
-    check_targets(directory, files)
+    """One file per input file below ``directory``, each document mutated as it would be admitted
+    (``check_targets`` first)."""
     written = []
     for relative, entries in files.items():
         target = directory / relative

@@ -37,14 +37,17 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
     everything else through the application (its router answers 404 and 405, and serves the
     health and metrics endpoints). Every admission request passes here: aiohttp's router, its
     match info and its response signal cost ~5% of a request's CPU. The app has no middleware."""
-    fallback = app._handle
+    fallback, draining = app._handle, app[keys.DRAINING]
     endpoints = ENDPOINTS
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.method == "POST" and "Expect" not in request.headers:
             path = request.path
             if path in endpoints:
-                return await admit(app, request, path)
+                response = await admit(app, request, path)
+                if draining.is_set():  # (what app.py's close_when_draining does for the router's answers)
+                    response.force_close()
+                return response
         return await fallback(request)  # type: ignore[arg-type]
 
     return handle
@@ -72,7 +75,7 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
     except ReviewError as exc:
         metrics.count_request(endpoint, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": endpoint})
-        return _refuse(400, str(exc), close=app[keys.DRAINING].is_set())
+        return _refuse(400, str(exc))
     resolver = app.get(keys.RESOLVER)
     if resolver is not None:  # waits at most its budget; the rest resolves in the background
         await resolver.prefetch(unknown_images(parsed.request.object))
@@ -86,10 +89,7 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
     decision, payload = _answer(parsed, outcome.decision, phase, limits.max_patch_bytes)
     _observe(app, endpoint, parsed, decision, outcome.refused)
     metrics.observe_latency(endpoint, time.perf_counter() - started)
-    response = _json(payload)
-    if app[keys.DRAINING].is_set():  # (app.py, close_when_draining: the same for the other endpoints)
-        response.force_close()
-    return response
+    return _json(payload)
 
 
 def _count_objects(body: bytes, limit: int) -> int:

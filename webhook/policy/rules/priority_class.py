@@ -15,7 +15,8 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     current = ctx.spec.get("priorityClassName")
     if current == name or (current and not cfg.override and not _cluster_default(ctx, current)):
         return
-    if ctx.view.availability("priorityclasses").known and ctx.view.priority_class(name) is None:
+    found = ctx.view.priority_class(name)
+    if found is None and ctx.view.availability("priorityclasses").known:
         ctx.report(
             f"{ctx.where()}: the policy gives {ctx.workload_class or 'these'} pods PriorityClass {name!r}, "
             "which this cluster does not have; create it (deploy/) or change the policy",
@@ -30,8 +31,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     # after our first call, e.g. added the label that decides its class), no built-in plugin runs
     # after it, and a pod without them would be stored at priority 0, free to preempt. Otherwise,
     # and in templates, they are removed, for the plugin to compute.
-    found = ctx.view.priority_class(name) if ctx.target.is_pod else None
-    value = found.get("value") if found else None
+    value = found.get("value") if found and ctx.target.is_pod else None
     if found and type(value) is int:
         builder.put(spec, base, "priority", value)
         builder.put(spec, base, "preemptionPolicy", found.get("preemptionPolicy") or "PreemptLowerPriority")
