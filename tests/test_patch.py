@@ -116,9 +116,9 @@ def test_writes_below_an_owned_map_record_what_walks_from_the_root_do(doc: dict[
         parent = _anchored(anchored, parent_path)
         assert isinstance(parent, dict)
         if op == "set":
-            assert anchored.put(parent, tuple(parent_path), key, value) == walked.set(path, value)
+            assert anchored.put(parent, pointer(parent_path), key, value) == walked.set(path, value)
         else:
-            anchored.append_to(parent, tuple(parent_path), key, value)
+            anchored.append_to(parent, pointer(parent_path), key, value)
             walked.append(path, value)
     assert doc == original, "the input object must never be modified"
     assert anchored.ops == walked.ops

@@ -46,7 +46,7 @@ class RuleContext:
     """
 
     __slots__ = (
-        "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec",
+        "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec", "spec_at",
         "classes", "slots", "claims", "_device_classes", "_workload_class", "_extended_gpus", "_containers",
     )
 
@@ -64,6 +64,8 @@ class RuleContext:
         #: the pod spec as earlier rules left it: the builder's own copy, which
         #: rules change only through the builder and never replace whole
         self.spec: dict[str, Any] = spec if spec is not None else {}
+        #: the pod spec's JSON pointer, where ``builder.put`` and ``append_to`` write below it
+        self.spec_at = builder.pointer_of(target.spec_path)
         self.classes, self.slots = classes, slots
         #: the pod spec's DRA claims as resolved through the view (None: it names none)
         self.claims = claims
@@ -73,8 +75,9 @@ class RuleContext:
         self._workload_class: str | None = None
         #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
         self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
-        #: (container list, index) → the container as the builder's own (own_container)
-        self._containers: dict[tuple[str, int], dict[str, Any]] | None = None
+        #: container → (the container as the builder's own, its JSON pointer): container_at; keyed
+        #: by position (``_position``), an int: no tuple built and hashed per question
+        self._containers: dict[int, tuple[dict[str, Any], str]] | None = None
 
     def dry_run(self) -> RuleContext:
         """A copy whose rule writes into a scratch builder and records its changes apart, its findings
@@ -131,22 +134,24 @@ class RuleContext:
     def spec_path(self, *rest: str | int) -> tuple[str | int, ...]:
         return (*self.target.spec_path, *rest)
 
-    def own_container(self, list_name: str, index: int) -> dict[str, Any]:
-        """A container of this pod spec as the builder's own, to write into with ``put``/``append_to``.
+    def container_at(self, list_name: str, index: int) -> tuple[dict[str, Any], str]:
+        """A container of this pod spec as the builder's own, and its JSON pointer: where to write
+        into it with ``put``/``append_to``.
 
-        Only for containers that are maps (``gpu.containers``, the slots);
-        their path is ``spec_path(list_name, index)``. Remembered for this
-        builder: rules never replace a container or a container list whole.
+        Only for containers that are maps (``gpu.containers``, the slots).
+        Remembered for this builder: rules never replace a container or a
+        container list whole.
         """
+        position = index if list_name == "containers" else -1 - index  # (the two lists of gpu.CONTAINER_LISTS)
         owned = self._containers
         if owned is None:
             owned = self._containers = {}
         else:
-            container = owned.get((list_name, index))
-            if container is not None:
-                return container
-        container = owned[(list_name, index)] = self.builder.own_item(self.spec, list_name, index)
-        return container
+            found = owned.get(position)
+            if found is not None:
+                return found
+        found = owned[position] = (self.builder.own_item(self.spec, list_name, index), f"{self.spec_at}/{list_name}/{index}")
+        return found
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:
         """Containers of this pod spec that mention a GPU resource (as they are now)."""

@@ -456,9 +456,9 @@ def _record_provenance(builder: PatchBuilder, summary: str) -> None:
     if type(metadata) is not dict:
         builder.set(("metadata", "annotations", PROVENANCE_ANNOTATION), summary)
     elif annotations is None:  # absent or null: written whole
-        builder.put(metadata, ("metadata",), "annotations", {PROVENANCE_ANNOTATION: summary})
+        builder.put(metadata, "/metadata", "annotations", {PROVENANCE_ANNOTATION: summary})
     else:
-        builder.put(builder.own(metadata, "annotations"), ("metadata", "annotations"), PROVENANCE_ANNOTATION, summary)
+        builder.put(builder.own(metadata, "annotations"), "/metadata/annotations", PROVENANCE_ANNOTATION, summary)
 
 
 def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:

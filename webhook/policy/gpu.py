@@ -31,6 +31,8 @@ class ResourceMatcher:
     #: operations in C rather than name by name; bounded
     seen: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
     matching: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
+    #: name → frozenset({name}) when it matches, else an empty one: what ``names_in`` remembers (bounded)
+    answers: dict[str, frozenset[str]] = dataclass_field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, patterns: Iterable[str]) -> ResourceMatcher:
@@ -57,6 +59,27 @@ class ResourceMatcher:
                 self.matching.add(name)
             self.seen.add(name)
         return keys & self.matching
+
+    def names_in(self, resources: dict[str, Any], names: frozenset[str]) -> frozenset[str]:
+        """``names`` and the names of a resource map this matches (``names`` itself when it has no other).
+
+        Name by name from remembered answers: a container's maps hold a few names, and each one
+        is a dict lookup here, where set operations would build two sets per map (gpu_slots runs
+        for every container of every pod)."""
+        answers = self.answers
+        for name in resources:
+            found = answers.get(name)
+            if found is None:
+                found = self._answer(name)
+            if found and found is not names:
+                names = found if not names else names | found
+        return names
+
+    def _answer(self, name: object) -> frozenset[str]:
+        found = frozenset((name,)) if type(name) is str and self(name) else _NO_NAMES
+        if type(name) is str and len(self.answers) < MATCHES_SEEN:  # names can be user-chosen: bounded
+            self.answers[name] = found
+        return found
 
     def any_of(self, slots: Slots) -> bool:
         """Does any container of these slots mention a resource this matches?"""
@@ -170,7 +193,6 @@ Slots = dict[tuple[str, int], frozenset[str]]
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     """Each container that asks for a GPU resource (more than zero of it: ``held``), by position."""
     slots: Slots = {}
-    among = is_gpu.among
     for list_name in CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is not list:
@@ -181,22 +203,26 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
                 continue
             limits, requests = resources.get("limits"), resources.get("requests")
             if type(limits) is dict:
-                # both maps' names at once, in C: one question to the matcher
-                names = among(limits.keys() | requests.keys() if type(requests) is dict else limits)
+                names = is_gpu.names_in(limits, _NO_NAMES)
+                if type(requests) is dict:
+                    names = is_gpu.names_in(requests, names)
             elif type(requests) is dict:
-                names = among(requests)
-                limits = {}  # no limit to read below: held decides from the requests
+                names = is_gpu.names_in(requests, _NO_NAMES)
+                limits = _NO_LIMITS  # no limit to read below: held decides from the requests
             else:
                 continue
             if names:
                 # a limit written as a count ("4") is no zero; only other spellings ("0", 0, "0m") are parsed
                 for name in names:
                     if str(limits.get(name))[:1] not in _NOT_ZERO:
-                        names = _parsed_held(names, limits, requests)
+                        names = frozenset(_parsed_held(names, limits, requests))
                         break
                 if names:
-                    slots[(list_name, index)] = frozenset(names)
+                    slots[(list_name, index)] = names
     return slots
+
+
+_NO_LIMITS: dict[str, Any] = {}
 
 
 def narrow(slots: Slots, is_gpu: ResourceMatcher) -> Slots:

@@ -22,6 +22,13 @@ def pointer(path: Path) -> str:
     return "".join(["/" + str(p).replace("~", "~0").replace("/", "~1") for p in path])
 
 
+def escaped(key: str) -> str:
+    """One key as a JSON pointer token (most keys need no escape: two scans, no copy)."""
+    if "~" in key or "/" in key:
+        return key.replace("~", "~0").replace("/", "~1")
+    return key
+
+
 #: how many pointers a shared pointer cache keeps (paths can hold user-chosen keys)
 POINTER_CACHE_SIZE = 4096
 
@@ -161,8 +168,9 @@ class PatchBuilder:
 
     # Writes below a container this builder already owns (the pod spec a rule
     # sees, one of its containers): no walk from the document's root, which
-    # costs ~0.2 µs a level on every write. ``parent_path`` is where ``parent``
-    # is, for the recorded operation's pointer.
+    # costs ~0.2 µs a level on every write. ``at`` is the JSON pointer of
+    # ``parent``, for the recorded operation's path (a string built per write:
+    # a path tuple costs more to build, hash and compare in a cache).
 
     def own(self, parent: dict[str, Any], key: str) -> Any:
         """The map or list under ``key`` of a map ``parent`` (owned), made the builder's own; None when neither."""
@@ -192,30 +200,32 @@ class PatchBuilder:
             owned[id(child)] = child
         return child
 
-    def put(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, value: Any) -> bool:
-        """``set((*parent_path, key), value)`` for a map ``parent`` this builder owns."""
+    def put(self, parent: dict[str, Any], at: str, key: str, value: Any) -> bool:
+        """``set`` of ``key`` in a map ``parent`` this builder owns, whose JSON pointer is ``at``."""
         current = parent.get(key, _MISSING)
         if current is not _MISSING and current is not None and current == value:
             return False
         parent[key] = value
-        path = parent_path + (key,)
-        text = self._pointers.get(path) or self._pointer(path)
-        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": text, "value": value})
+        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": f"{at}/{escaped(key)}", "value": value})
         return True
 
-    def append_to(self, parent: dict[str, Any], parent_path: tuple[str | int, ...], key: str, item: Any) -> None:
-        """``append((*parent_path, key), item)`` for a map ``parent`` this builder owns."""
+    def append_to(self, parent: dict[str, Any], at: str, key: str, item: Any) -> None:
+        """``append`` to the list under ``key`` of a map ``parent`` this builder owns, whose JSON pointer is ``at``."""
         items = parent.get(key)
         if type(items) is not list:
-            self.put(parent, parent_path, key, [item])
+            self.put(parent, at, key, [item])
             return
-        path = parent_path + (key, len(items))
+        index = len(items)
         if id(items) in self._owned:
             items.append(item)
         else:  # copied with the item, in one step
             items = parent[key] = [*items, item]
             self._owned[id(items)] = items
-        self.ops.append({"op": "add", "path": self._pointers.get(path) or self._pointer(path), "value": item})
+        self.ops.append({"op": "add", "path": f"{at}/{escaped(key)}/{index}", "value": item})
+
+    def pointer_of(self, path: Path) -> str:
+        """The JSON pointer of ``path`` (remembered in the shared cache)."""
+        return self._pointer(path)
 
     def _pointer(self, path: Path) -> str:
         key = path if type(path) is tuple else tuple(path)

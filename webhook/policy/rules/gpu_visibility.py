@@ -31,9 +31,9 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
         entry = next((e for e in entries if e.get("name") == VARIABLE), None)
         if entry is None:
             if cfg.setVoid and pod_has_gpu:
-                container = ctx.own_container(ref.list_name, ref.index)
+                container, at = ctx.container_at(ref.list_name, ref.index)
                 void = {"name": VARIABLE, "value": "void"}
-                ctx.builder.append_to(container, ctx.spec_path(ref.list_name, ref.index), "env", void)
+                ctx.builder.append_to(container, at, "env", void)
                 ctx.changed("gpuVisibility")
         elif cfg.denyUnrequestedVisibleDevices and (entry.get("valueFrom") or entry.get("value") not in HIDDEN):
             ctx.report(

@@ -21,7 +21,7 @@ def run(ctx: RuleContext, cfg: NotebookLifetimeRule) -> None:
     if current is None:
         if cfg.skipControllerOwned and _recreated(ctx):
             return
-        ctx.builder.put(ctx.spec, ctx.target.spec_path, "activeDeadlineSeconds", cfg.activeDeadlineSeconds)
+        ctx.builder.put(ctx.spec, ctx.spec_at, "activeDeadlineSeconds", cfg.activeDeadlineSeconds)
         ctx.changed("activeDeadlineSeconds")
         return
     limit = cfg.maxActiveDeadlineSeconds

@@ -23,7 +23,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
             "spec.priorityClassName",
         )
         return
-    builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
+    builder, spec, base = ctx.builder, ctx.spec, ctx.spec_at
     builder.put(spec, base, "priorityClassName", name)
     # The Priority plugin already wrote these from the old class: left in place they make its
     # second pass reject the pod (FACTS.md §5). A pod gets its new class's values where the view

@@ -25,7 +25,7 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
             "spec.runtimeClassName",
         )
         return
-    ctx.builder.put(ctx.spec, ctx.target.spec_path, "runtimeClassName", name)
+    ctx.builder.put(ctx.spec, ctx.spec_at, "runtimeClassName", name)
     # the RuntimeClass plugin fills overhead from the class on its next pass and
     # rejects a pod whose overhead differs from the class's (FACTS.md §5)
     if "overhead" in ctx.spec:

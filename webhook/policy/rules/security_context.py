@@ -66,14 +66,15 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tu
 
     (What _pod_defaults and _container_defaults decide when every context is empty.)
     """
-    builder, spec, base = ctx.builder, ctx.spec, ctx.target.spec_path
+    builder, spec = ctx.builder, ctx.spec
     wanted, seccomp = dict(cfg.unset_pod_defaults), cfg.seccompProfile
     if seccomp:  # no container has one
         wanted["seccompProfile"] = {"type": seccomp}
-    builder.put(spec, base, "securityContext", wanted)
+    builder.put(spec, ctx.spec_at, "securityContext", wanted)
     for name, index in containers:
         value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-        builder.put(ctx.own_container(name, index), base + (name, index), "securityContext", value)
+        container, at = ctx.container_at(name, index)
+        builder.put(container, at, "securityContext", value)
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,14 +129,15 @@ def _pod_defaults(
     if cfg.seccompProfile and not every_container_has_seccomp:
         wanted["seccompProfile"] = {"type": cfg.seccompProfile}
     if not pod_sc:  # nothing set yet: one operation writes it whole
-        return ctx.builder.put(ctx.spec, ctx.target.spec_path, "securityContext", wanted) if wanted else False
+        return ctx.builder.put(ctx.spec, ctx.spec_at, "securityContext", wanted) if wanted else False
     return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
 def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any], pod_root: bool) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
+        container, at = ctx.container_at(ref.list_name, ref.index)
         return ctx.builder.put(
-            ctx.own_container(ref.list_name, ref.index), ctx.spec_path(ref.list_name, ref.index), "securityContext",
+            container, at, "securityContext",
             {"allowPrivilegeEscalation": False} if pod_root else
             {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         )

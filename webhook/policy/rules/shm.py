@@ -41,16 +41,17 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         return
     volumes = spec.get("volumes")
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
-    builder, base = ctx.builder, ctx.target.spec_path
+    builder = ctx.builder
     if not exists:
         smallest = _size_for(targets[0][2], cfg)
         for _, _, container in targets[1:]:  # (a loop: most pods have one target)
             smallest = min(smallest, _size_for(container, cfg))
         size = smallest[1]
-        builder.append_to(spec, base, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+        builder.append_to(spec, ctx.spec_at, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     for list_name, index, _ in targets:
         mount = {"name": name, "mountPath": MOUNT_PATH}
-        builder.append_to(ctx.own_container(list_name, index), base + (list_name, index), "volumeMounts", mount)
+        container, at = ctx.container_at(list_name, index)
+        builder.append_to(container, at, "volumeMounts", mount)
     ctx.changed("shm")
 
 

@@ -23,7 +23,7 @@ def run(ctx: RuleContext, cfg: TolerationsRule) -> None:
             if covers(have, wanted):
                 break
         else:
-            ctx.builder.append_to(ctx.spec, ctx.target.spec_path, "tolerations", dict(wanted))
+            ctx.builder.append_to(ctx.spec, ctx.spec_at, "tolerations", dict(wanted))
             existing.append(wanted)
             ctx.changed("tolerations")
 
