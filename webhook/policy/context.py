@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -21,14 +20,20 @@ _new_tuple = tuple.__new__
 _NO_CLASSES = match.Classifier(())
 
 
-@dataclass(slots=True)
 class Findings:
-    """Collects what rules found and changed during one evaluation."""
+    """Collects what rules found and changed during one evaluation.
 
-    findings: list[Finding] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
-    #: policy → the rules exceptions lifted where they would have run (None until one did)
-    lifted: dict[str, set[str]] | None = None
+    A plain class with slots (one is made per admission): compiled, a
+    dataclass with default factories keeps an interpreted ``__init__``.
+    """
+
+    __slots__ = ("findings", "changes", "lifted")
+
+    def __init__(self, findings: list[Finding] | None = None, changes: list[Change] | None = None) -> None:
+        self.findings: list[Finding] = findings if findings is not None else []
+        self.changes: list[Change] = changes if changes is not None else []
+        #: policy → the rules exceptions lifted where they would have run (None until one did)
+        self.lifted: dict[str, set[str]] | None = None
 
 
 _NO_SLOTS: gpu.Slots = {}

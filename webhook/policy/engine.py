@@ -261,7 +261,7 @@ def _without(plan: _PolicyPlan, lifted: match.Lifted) -> _PolicyPlan:
 def _note_lifted(ctx: RuleContext, removed: tuple[str, ...]) -> None:
     """The first step of a plan that lost rules: note them (the sink's map is made on first use)."""
     sink = ctx.sink
-    noted = getattr(sink, "lifted", None)
+    noted = sink.lifted
     if noted is None:
         noted = sink.lifted = {}
     noted.setdefault(ctx.step[2], set()).update(removed)
@@ -269,7 +269,7 @@ def _note_lifted(ctx: RuleContext, removed: tuple[str, ...]) -> None:
 
 def _lifting(policies: PolicySet, request: Request, obj: dict[str, Any], sink: Findings) -> tuple[str, ...]:
     """The exceptions that lifted a rule which would have run."""
-    noted = getattr(sink, "lifted", None)
+    noted = sink.lifted
     if not noted:
         return ()
     return match.lifting(policies.exceptions, request.group, request.kind, request.namespace, obj, noted)

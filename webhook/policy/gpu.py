@@ -121,7 +121,7 @@ def containers(spec: Mapping[str, Any]) -> list[ContainerRef]:
     """Init containers then app containers of a pod spec (ephemeral ones never hold GPUs)."""
     refs = []
     for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
+        items = spec.get(list_name) if type(spec) is dict else spec.get(list_name)
         if type(items) is list:
             for index, container in enumerate(items):
                 if type(container) is dict:
@@ -194,7 +194,7 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     """Each container that asks for a GPU resource (more than zero of it: ``held``), by position."""
     slots: Slots = {}
     for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name)
+        items = spec.get(list_name) if type(spec) is dict else spec.get(list_name)  # (a dict's get: no method lookup)
         if type(items) is not list:
             continue
         for index, container in enumerate(items):

@@ -199,7 +199,10 @@ class Classifier:
                 found.append(self._owner[kind])
         if workload_kind in self._kind:
             found.append(self._kind[workload_kind])
-        labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
+        if type(pod_meta) is dict:  # (a dict's get: no method lookup)
+            labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
+        else:
+            labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
         if isinstance(labels, dict) and self._label:
             for key in self._label_keys.intersection(labels):
                 found.append(self._label[key])

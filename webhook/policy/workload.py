@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.policy.patch import Path, lookup
+
+
+def split_pointer(path: str) -> tuple[str, ...]:
+    """``/a/b~1c`` → ("a", "b/c")."""
+    if not path or path == "/":
+        return ()
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,14 +28,16 @@ class KindPaths:
     kind: str
     templates: tuple[str, ...] = ()
     pod_specs: tuple[str, ...] = ()
+    # the pointers split, worked out once: fields, not cached properties, which compiled
+    # (mypyc) work out again on every read, on every admission
+    template_patterns: tuple[tuple[str, ...], ...] = field(init=False, repr=False)
+    pod_spec_patterns: tuple[tuple[str, ...], ...] = field(init=False, repr=False)
+    is_pod: bool = field(init=False, repr=False)  # the pod spec at /spec, no templates: a Pod
 
-    @cached_property
-    def template_patterns(self) -> tuple[tuple[str, ...], ...]:
-        return tuple(split_pointer(t) for t in self.templates)
-
-    @cached_property
-    def pod_spec_patterns(self) -> tuple[tuple[str, ...], ...]:
-        return tuple(split_pointer(t) for t in self.pod_specs)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "template_patterns", tuple(split_pointer(t) for t in self.templates))
+        object.__setattr__(self, "pod_spec_patterns", tuple(split_pointer(t) for t in self.pod_specs))
+        object.__setattr__(self, "is_pod", self.pod_spec_patterns == (("spec",),) and not self.templates)
 
 
 #: Kinds Kubernetes itself defines; custom resources come from GPUWorkloadKind policies.
@@ -69,13 +77,6 @@ def field_path(path: tuple[str | int, ...]) -> str:
     return ".".join(f"[{p}]" if isinstance(p, int) else p for p in path).replace(".[", "[")
 
 
-def split_pointer(path: str) -> tuple[str, ...]:
-    """``/a/b~1c`` → ("a", "b/c")."""
-    if not path or path == "/":
-        return ()
-    return tuple(p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/"))
-
-
 def expand(doc: Any, pattern: Sequence[str]) -> Iterator[tuple[str | int, ...]]:
     """Concrete paths in ``doc`` that match a pattern with ``*`` wildcards."""
     yield from _expand(doc, tuple(pattern), ())
@@ -105,8 +106,8 @@ _POD = PodTarget(("spec",), ("metadata",))
 def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
     """Every pod spec of ``obj`` that exists and is a mapping."""
     found: list[PodTarget] = []
-    if paths.pod_spec_patterns == (("spec",),) and not paths.templates:  # a Pod
-        if type(obj.get("spec")) is dict:
+    if paths.is_pod:
+        if type(obj.get("spec") if type(obj) is dict else obj.get("spec")) is dict:
             found.append(_POD)
         return found
     for pattern in paths.template_patterns:
@@ -130,6 +131,8 @@ def is_windows(spec: Mapping[str, Any]) -> bool:
     """A pod spec for Windows nodes (no /dev/shm, no Linux security fields, no Linux runtime class):
     ``os.name: windows``, or, in pods written before that field (and still common), a
     ``nodeSelector`` on ``kubernetes.io/os: windows`` (which every HostProcess pod also needs)."""
+    if type(spec) is not dict:  # (a dict read as one: compiled, a Mapping's .get is a generic method call)
+        spec = dict(spec)
     pod_os = spec.get("os")
     if type(pod_os) is dict and pod_os.get("name") == "windows":
         return True
@@ -139,7 +142,7 @@ def is_windows(spec: Mapping[str, Any]) -> bool:
 
 def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
     """Kinds of the object's ownerReferences."""
-    refs = meta.get("ownerReferences")
+    refs = meta.get("ownerReferences") if type(meta) is dict else meta.get("ownerReferences")
     if not isinstance(refs, list):
         return set()
     return {str(r.get("kind")) for r in refs if isinstance(r, dict)}

@@ -33,7 +33,7 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     with_init = cfg.initContainers
     targets = []
     for list_name, index in ctx.slots:
-        container = spec[list_name][index]
+        container: dict[str, Any] = spec[list_name][index]  # (slots name maps: read as a dict, no method lookup)
         mounts = container.get("volumeMounts")
         if (with_init or list_name != "initContainers") and not (type(mounts) is list and _mounts_shm(mounts)):
             targets.append((list_name, index, container))
@@ -87,7 +87,7 @@ def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
 
 def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
     """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a quantity."""
-    resources = container.get("resources")
+    resources = container.get("resources") if type(container) is dict else container.get("resources")
     limits = resources.get("limits") if type(resources) is dict else None
     limit = limits.get("memory") if type(limits) is dict else None
     if limit is None:
