@@ -117,7 +117,7 @@ class PatchBuilder:
                 path = path[: depth + 1]
                 break
             if id(child) not in owned:
-                child = node[key] = child.copy()
+                child = node[key] = _copy(child)
                 owned[id(child)] = child
             node = child
         added = child is _MISSING
@@ -179,7 +179,7 @@ class PatchBuilder:
         if kind is dict or kind is list:
             owned = self._owned
             if id(child) not in owned:
-                child = parent[key] = child.copy()  # type: ignore[union-attr]
+                child = parent[key] = _copy(child)
                 owned[id(child)] = child
             return child
         return None
@@ -192,11 +192,11 @@ class PatchBuilder:
         owned = self._owned
         items = parent[key]
         if id(items) not in owned:
-            items = parent[key] = items.copy()
+            items = parent[key] = _copy(items)
             owned[id(items)] = items
         child = items[index]
         if id(child) not in owned:
-            child = items[index] = child.copy()
+            child = items[index] = _copy(child)
             owned[id(child)] = child
         return child
 
@@ -261,10 +261,20 @@ class PatchBuilder:
             if kind is not dict and kind is not list:
                 return None
             if id(child) not in owned:
-                child = node[key] = child.copy()
+                child = node[key] = _copy(child)
                 owned[id(child)] = child
             node = child
         return node
+
+
+def _copy(node: Any) -> Any:
+    """A shallow copy of a JSON map or list (read as one: compiled, ``node.copy()`` on an
+    unknown type is a generic method call)."""
+    if type(node) is dict:
+        return node.copy()
+    if type(node) is list:
+        return node.copy()
+    return _shallow(node)
 
 
 def _shallow(node: Any) -> Any:
