@@ -77,17 +77,18 @@ RULES: tuple[_Rule, ...] = (
 
 def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> Decision:
     """Run every matching policy's rules of ``phase`` over the request's pod specs."""
-    obj = request.object
-    if request.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
+    # each field read once: Request is an interpreted dataclass, whose fields cost a generic lookup each
+    obj, operation, kind, group = request.object, request.operation, request.kind, request.group
+    if operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
         return ALLOW
-    if request.kind == "Pod" and request.operation == "UPDATE" and (
+    if kind == "Pod" and operation == "UPDATE" and (
             phase != "validate" or not _images_changed(obj, request.old_object)):
         # a pod's spec is immutable but for its images (and a few scheduling fields): nothing to patch,
         # and nothing newly wrong unless an image changed (kubectl set image), which validation judges,
         # a violation the old pod already had only warning (_forgive_preexisting)
         return ALLOW
-    paths = policies.kinds.get((request.group, request.kind))
-    claim = dra.is_claim(request.group, request.kind)
+    paths = policies.kinds.get((group, kind))
+    claim = dra.is_claim(group, kind)
     metadata = obj.get("metadata")
     if (paths is None and not claim) or (type(metadata) is dict and metadata.get("deletionTimestamp")):
         # being deleted: only finalizers may change, and they must be able to
@@ -100,7 +101,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace), lifted)
     else:
         decision = _evaluate(policies, request, obj, paths, view, phase)
-    if phase == "validate" and request.operation == "UPDATE" and not decision.allowed:
+    if phase == "validate" and operation == "UPDATE" and not decision.allowed:
         return _forgive_preexisting(policies, request, view, decision)
     return decision
 
@@ -287,11 +288,12 @@ def _evaluate(
         return ALLOW
     if claims is None:  # (after the return above: a pod without GPUs does not pay for it)
         claims = [None] * len(targets)
-    plans = _plans(policies, request.group, request.kind, phase)
+    group, kind, namespace = request.group, request.kind, request.namespace  # (read once each)
+    plans = _plans(policies, group, kind, phase)
     lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
     if lifted:
         plans = _lifted_plans(policies, plans, lifted)
-    ns_labels = namespace_labels(view, request.namespace)
+    ns_labels = namespace_labels(view, namespace)
     builder = PatchBuilder(obj, policies.pointers)
     sink = Findings([], [])
     # one context per pod spec, carried from policy to policy (its class is worked out once)
@@ -302,7 +304,7 @@ def _evaluate(
         )
         for plan in plans.applying(ctx.workload_class if plans.by_class else "", bool(gpu_pods[0])):
             if plan.by_namespace and not match.policy_applies(
-                plan.policy, request.group, request.kind, request.namespace, ns_labels
+                plan.policy, group, kind, namespace, ns_labels
             ):
                 continue
             _run_plan(ctx, plan, slots[0])
@@ -310,7 +312,7 @@ def _evaluate(
         contexts: list[RuleContext | None] = [None] * len(targets)
         for plan in plans.policies:
             if plan.by_namespace and not match.policy_applies(
-                plan.policy, request.group, request.kind, request.namespace, ns_labels
+                plan.policy, group, kind, namespace, ns_labels
             ):
                 continue
             for index, target in enumerate(targets):
