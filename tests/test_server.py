@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
+import email.utils
 import json
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,43 @@ async def test_health_readiness_and_metrics(webhook: Webhook) -> None:
     assert 'gpu_admission_certificate_not_after_seconds{cert="serving"}' in text
     loaded = len(webhook.app[keys.STORE].current.policies)
     assert f"gpu_admission_policies_loaded {float(loaded)}" in text
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: str, body: bytes) -> tuple[str, dict[str, str], bytes]:
+    """One request on a raw connection: (status line, headers by lower-case name, body)."""
+    writer.write(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    return lines[0], headers, await reader.readexactly(int(headers["content-length"]))
+
+
+async def test_answers_are_well_formed_http_on_kept_and_closed_connections(webhook: Webhook, pki: Any) -> None:
+    """The admission answer is written in one piece (handlers.Answer): status line and headers as
+    HTTP/1.1 and 1.0 clients expect them, the connection kept or closed as each asked."""
+    sent = load_review(corpus_reviews()[0])
+    body = json.dumps(sent).encode()
+    port = int(webhook.base.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=pki.client_context(), server_hostname="localhost")
+    try:
+        for _ in range(2):  # one connection, two answers: kept alive (HTTP/1.1's default)
+            status, headers, answer = await _exchange(reader, writer, "POST /mutate HTTP/1.1\r\nHost: x\r\n", body)
+            assert status == "HTTP/1.1 200 OK"
+            assert headers["content-type"] == "application/json" and "connection" not in headers
+            assert email.utils.parsedate_to_datetime(headers["date"]).tzinfo is not None
+            check_contract(sent, json.loads(answer), mutating=True)
+    finally:
+        writer.close()
+    for keep in (False, True):  # HTTP/1.0 closes unless the client asks to keep the connection
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=pki.client_context(), server_hostname="localhost")
+        try:
+            head = "POST /validate HTTP/1.0\r\n" + ("Connection: keep-alive\r\n" if keep else "")
+            status, headers, answer = await _exchange(reader, writer, head, body)
+            assert status == "HTTP/1.0 200 OK" and json.loads(answer)["response"]["uid"] == sent["request"]["uid"]
+            assert headers.get("connection") == ("keep-alive" if keep else None)
+            if keep:
+                assert (await _exchange(reader, writer, head, body))[0] == "HTTP/1.0 200 OK"
+            else:
+                assert await reader.read() == b"", "the server closes an HTTP/1.0 connection after its answer"
+        finally:
+            writer.close()

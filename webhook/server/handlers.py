@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from typing import Any
 
 from aiohttp import web
-from multidict import CIMultiDict
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http import HttpVersion11
 
 from webhook import review
 from webhook.errors import RequestBodyError, ReviewError
@@ -24,11 +27,11 @@ log = logging.getLogger(__name__)
 ENDPOINTS: dict[str, Phase] = {"/mutate": "mutate", "/validate": "validate"}
 
 
-async def mutate(request: web.Request) -> web.Response:
+async def mutate(request: web.Request) -> web.StreamResponse:
     return await admit(request.app, request, "/mutate")
 
 
-async def validate(request: web.Request) -> web.Response:
+async def validate(request: web.Request) -> web.StreamResponse:
     return await admit(request.app, request, "/validate")
 
 
@@ -53,7 +56,7 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
     return handle
 
 
-async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -> web.Response:
+async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -> web.StreamResponse:
     """Read → decode → evaluate → encode one AdmissionReview sent to ``endpoint`` (/mutate, /validate)."""
     started = time.perf_counter()
     phase = ENDPOINTS[endpoint]
@@ -103,12 +106,66 @@ def _count_objects(body: bytes, limit: int) -> int:
     return objects
 
 
-#: copied into each response (the content_type argument costs a parse of its own)
-_JSON_HEADERS = CIMultiDict({"Content-Type": "application/json"})
+def _json(payload: object) -> web.StreamResponse:
+    return Answer(review.encode(payload))
 
 
-def _json(payload: object) -> web.Response:
-    return web.Response(body=review.encode(payload), headers=_JSON_HEADERS)
+class Answer(web.StreamResponse):
+    """An AdmissionReview answer (200, application/json) sent in one piece.
+
+    aiohttp's ``Response`` keeps its headers in a multidict, completes them
+    (length, date, server, connection) and serializes them through its stream
+    writer, then sends the body: ~10-15 µs of Python on every admission, as
+    much as an evaluation. This builds the status line, its headers and the
+    body as one bytes object and hands it to the transport in one write. It
+    is a StreamResponse for aiohttp's request handler, which calls
+    ``prepare`` (that sends it) and ``write_eof`` (then a no-op), and reads
+    ``keep_alive``: ``force_close`` before it is sent closes the connection
+    after it, as for any response.
+    """
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__()
+        self._answer = body
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self._eof_sent:
+            return None
+        keep_alive = self._keep_alive
+        if keep_alive is None:
+            keep_alive = self._keep_alive = request.keep_alive
+        version = request.version
+        if version == HttpVersion11:
+            head = _HEAD_11 if keep_alive else _HEAD_11_CLOSE
+        else:  # HTTP/1.0 closes unless asked to keep the connection
+            head = (_HEAD_10_KEEP if keep_alive else _HEAD_10) % (version.major, version.minor)
+        body = self._answer
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("cannot write to a closing transport")
+        transport.write(head % (len(body), _date()) + body)
+        self._eof_sent, self._body_length = True, len(body)
+        writer = request._payload_writer
+        if len(body) > _DRAIN_ABOVE:  # (what aiohttp's writer does for large bodies: wait for the client)
+            await writer.drain()
+        return writer
+
+
+_HEAD = b"Content-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\n"
+_HEAD_11 = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"\r\n"
+_HEAD_11_CLOSE = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"Connection: close\r\n\r\n"
+_HEAD_10 = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"\r\n"
+_HEAD_10_KEEP = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"Connection: keep-alive\r\n\r\n"
+_DRAIN_ABOVE = 2**16
+_last_date: list[Any] = [0, b""]
+
+
+def _date() -> bytes:
+    """The Date header's value (RFC 9110 IMF-fixdate), worked out once a second."""
+    now = int(time.time())
+    if now != _last_date[0]:
+        _last_date[:] = [now, formatdate(now, usegmt=True).encode("ascii")]
+    return _last_date[1]  # type: ignore[no-any-return]
 
 
 def _refuse(status: int, message: str, *, close: bool = False) -> web.Response:
