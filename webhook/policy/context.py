@@ -37,6 +37,27 @@ class Findings:
 
 
 _NO_SLOTS: gpu.Slots = {}
+
+#: pod spec pointer → container list → its items' pointers ("/spec/containers/0", …): built once, not per write
+_ITEM_POINTERS: dict[str, dict[str, list[str]]] = {}
+
+
+def _item_at(spec_at: str, list_name: str, index: int) -> str:
+    """The JSON pointer of a pod spec's container, remembered (bounded: pod spec paths can be a custom kind's)."""
+    lists = _ITEM_POINTERS.get(spec_at)
+    if lists is None:
+        if len(_ITEM_POINTERS) >= 256:
+            return f"{spec_at}/{list_name}/{index}"
+        lists = _ITEM_POINTERS[spec_at] = {}
+    items = lists.get(list_name)
+    if items is not None and index < len(items):
+        return items[index]
+    if index >= 1024:
+        return f"{spec_at}/{list_name}/{index}"
+    # a longer list replaces the shorter one whole (worker threads evaluate too: no list seen half-grown)
+    known = items or []
+    items = lists[list_name] = known + [f"{spec_at}/{list_name}/{i}" for i in range(len(known), index + 1)]
+    return items[index]
 _POD_META = ("metadata",)
 
 
@@ -155,7 +176,7 @@ class RuleContext:
             found = owned.get(position)
             if found is not None:
                 return found
-        found = owned[position] = (self.builder.own_item(self.spec, list_name, index), f"{self.spec_at}/{list_name}/{index}")
+        found = owned[position] = (self.builder.own_item(self.spec, list_name, index), _item_at(self.spec_at, list_name, index))
         return found
 
     def gpu_containers(self) -> list[gpu.ContainerRef]:

@@ -22,11 +22,18 @@ def pointer(path: Path) -> str:
     return "".join(["/" + str(p).replace("~", "~0").replace("/", "~1") for p in path])
 
 
-def escaped(key: str) -> str:
-    """One key as a JSON pointer token (most keys need no escape: two scans, no copy)."""
-    if "~" in key or "/" in key:
-        return key.replace("~", "~0").replace("/", "~1")
-    return key
+def slashed(key: str) -> str:
+    """``/`` and one key as a JSON pointer token: what a write below a map adds to the map's
+    pointer. Remembered per key (rules write a few keys, over and over), within a bound."""
+    found = _SLASHED.get(key)
+    if found is None:
+        found = "/" + key.replace("~", "~0").replace("/", "~1")
+        if len(_SLASHED) < POINTER_CACHE_SIZE:
+            _SLASHED[key] = found
+    return found
+
+
+_SLASHED: dict[str, str] = {}
 
 
 #: how many pointers a shared pointer cache keeps (paths can hold user-chosen keys)
@@ -73,6 +80,8 @@ class PatchBuilder:
         # containers this builder already copied, safe to change in place; kept
         # by reference so an id is never reused by another object meanwhile
         self._owned: dict[int, Any] = {}
+        # the list own_item last made sure of (owned: held here, so its id is never another's)
+        self._last_list: Any = None
 
     def get(self, path: Path, default: Any = None) -> Any:
         """The current value at ``path`` (after the changes made so far)."""
@@ -191,9 +200,11 @@ class PatchBuilder:
         """
         owned = self._owned
         items = parent[key]
-        if id(items) not in owned:
-            items = parent[key] = _copy(items)
-            owned[id(items)] = items
+        if items is not self._last_list:  # (rules own a list's items one after another)
+            if id(items) not in owned:
+                items = parent[key] = _copy(items)
+                owned[id(items)] = items
+            self._last_list = items
         child = items[index]
         if id(child) not in owned:
             child = items[index] = _copy(child)
@@ -206,7 +217,7 @@ class PatchBuilder:
         if current is not _MISSING and current is not None and current == value:
             return False
         parent[key] = value
-        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": f"{at}/{escaped(key)}", "value": value})
+        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": at + slashed(key), "value": value})
         return True
 
     def append_to(self, parent: dict[str, Any], at: str, key: str, item: Any) -> None:
@@ -221,7 +232,7 @@ class PatchBuilder:
         else:  # copied with the item, in one step
             items = parent[key] = [*items, item]
             self._owned[id(items)] = items
-        self.ops.append({"op": "add", "path": f"{at}/{escaped(key)}/{index}", "value": item})
+        self.ops.append({"op": "add", "path": f"{at}{slashed(key)}/{index}", "value": item})
 
     def pointer_of(self, path: Path) -> str:
         """The JSON pointer of ``path`` (remembered in the shared cache)."""
