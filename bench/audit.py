@@ -37,6 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from webhook import collector  # noqa: E402
 from webhook.audit import command, inputs, snapshot  # noqa: E402
 from webhook.audit.judge import judge  # noqa: E402
 from webhook.audit.report import FORMATS, Report  # noqa: E402
@@ -231,7 +232,7 @@ def _breakdown(folder: Path, args: argparse.Namespace, rounds: int) -> dict[str,
     policies = loader.load_directory(args.policies)
     view = snapshot.load(args.cluster_state)
     samples: dict[str, list[float]] = {"parse": [], "engine": [], "report": []}
-    with command.fewer_collections():
+    with collector.fewer_collections():
         for _ in range(rounds):
             start = time.process_time()
             items = list(inputs.stream(inputs.find_files([str(folder)])))

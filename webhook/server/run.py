@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook import certs, cluster, compiled
+from webhook import certs, cluster, collector, compiled
 from webhook.cluster import ClusterIndex
 from webhook.server import listener, loop
 from webhook.registry import flags
@@ -39,7 +39,8 @@ def serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,
         idle_timeout=args.idle_timeout, handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
     )
-    loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
+    with collector.fewer_collections():
+        loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
     return 0
 
 
