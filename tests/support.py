@@ -46,8 +46,10 @@ def load_review(path: Path) -> dict[str, Any]:
 
 
 def apply_patch(obj: Any, ops: Any) -> Any:
-    """Apply an RFC 6902 patch as kube-apiserver would, to a copy."""
-    return jsonpatch.JsonPatch(list(ops)).apply(copy.deepcopy(obj))
+    """Apply an RFC 6902 patch as kube-apiserver would, to a copy: the patch as JSON text
+    (jsonpatch inserts its values as they are, and the engine's patches may hold one value
+    at several paths)."""
+    return jsonpatch.JsonPatch(json.loads(json.dumps(list(ops)))).apply(copy.deepcopy(obj))
 
 
 def assert_schema_valid(obj: dict[str, Any]) -> None:

@@ -111,3 +111,22 @@ def test_progress_draws_nothing_when_disabled() -> None:
     progress.file_done()
     progress.close()
     assert stream.getvalue() == ""
+
+
+def test_written_manifests_spell_every_value_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several GPU containers get the same securityContext and /dev/shm mount: written out in full in
+    each, as kubectl writes a manifest, not as YAML anchors and aliases (&id001 / *id001)."""
+    pod = yaml.safe_load(GPU_POD)
+    first = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [{**first, "name": f"worker-{i}"} for i in range(3)]
+    source = write(tmp_path / "in" / "pod.yaml", yaml.safe_dump(pod))
+    out_dir = tmp_path / "out"
+    audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(source))
+    text = (out_dir / "pod.yaml").read_text()
+    assert "&id" not in text and "*id" not in text, text
+    written = yaml.safe_load(text.split("\n", 1)[1] if text.startswith("#") else text)
+    containers = written["spec"]["containers"]
+    assert [c["securityContext"] for c in containers] == [containers[0]["securityContext"]] * 3
+    assert all({"name": "gpu-admission-shm", "mountPath": "/dev/shm"} in c["volumeMounts"] for c in containers)
+    code, out, _ = audit(capsys, "--diff", "--cluster-state", str(CLUSTER), str(source))
+    assert code == 0 and "&id" not in out and "*id" not in out

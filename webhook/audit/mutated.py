@@ -19,7 +19,19 @@ from webhook.audit.inputs import Document, Problem
 from webhook.audit.judge import Result
 from webhook.errors import ManifestError
 
-_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_BASE_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BASE_DUMPER):  # type: ignore[misc,valid-type]
+    """Every value written out in full: no YAML anchors and aliases where a mutated object holds one
+    value in several places (the engine adds one /dev/shm mount or container securityContext to
+    every container), as kubectl writes a manifest."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+_DUMPER: Any = _Dumper
 
 #: one file's entries in order: a document and its result (None: not audited), or a problem
 Entry = tuple[Document, Result | None] | Problem

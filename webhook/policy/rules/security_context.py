@@ -71,8 +71,10 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tu
     if seccomp:  # no container has one
         wanted["seccompProfile"] = {"type": seccomp}
     builder.put(spec, ctx.spec_at, "securityContext", wanted)
+    # one value for every container (the builder copies a value before any write into it, and
+    # the patch is JSON text to kube-apiserver): one map per pod, not per container
+    value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     for name, index in containers:
-        value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
         container, at = ctx.container_at(name, index)
         builder.put(container, at, "securityContext", value)
 

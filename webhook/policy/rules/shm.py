@@ -48,8 +48,8 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
             smallest = min(smallest, _size_for(container, cfg))
         size = smallest[1]
         builder.append_to(spec, ctx.spec_at, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    mount = {"name": name, "mountPath": MOUNT_PATH}  # one for every container (as securityContext's value)
     for list_name, index, _ in targets:
-        mount = {"name": name, "mountPath": MOUNT_PATH}
         container, at = ctx.container_at(list_name, index)
         builder.append_to(container, at, "volumeMounts", mount)
     ctx.changed("shm")
