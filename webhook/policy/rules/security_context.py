@@ -27,14 +27,12 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     spec = ctx.spec
     if is_windows(spec):
         return  # the API rejects these Linux fields on Windows pods
-    if not spec.get("securityContext"):
-        plain = _without_contexts(spec)
-        if plain is not None:
-            # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads
-            # it): nothing to report at either level, every default holds
-            _write_whole(ctx, cfg, plain)
-            ctx.changed("securityContext")
-            return
+    if not spec.get("securityContext") and _without_contexts(spec):
+        # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads
+        # it): nothing to report at either level, every default holds
+        _write_whole(ctx, cfg)
+        ctx.changed("securityContext")
+        return
     refs = gpu.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
@@ -47,21 +45,18 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
         ctx.changed("securityContext")
 
 
-def _without_contexts(spec: Mapping[str, Any]) -> list[tuple[str, int]] | None:
-    """Where the pod spec's containers are (as ``gpu.containers``), or None when one has a securityContext."""
-    found = []
+def _without_contexts(spec: dict[str, Any]) -> bool:
+    """Does no container of the pod spec (as ``gpu.containers`` has them) set a securityContext?"""
     for list_name in gpu.CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is list:
-            for index, container in enumerate(items):
-                if type(container) is dict:
-                    if container.get("securityContext"):
-                        return None
-                    found.append((list_name, index))
-    return found
+            for container in items:
+                if type(container) is dict and container.get("securityContext"):
+                    return False
+    return True
 
 
-def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tuple[str, int]]) -> None:
+def _write_whole(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     """The common case, nothing set anywhere: each context is written as one operation.
 
     (What _pod_defaults and _container_defaults decide when every context is empty.)
@@ -74,9 +69,13 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule, containers: list[tu
     # one value for every container (the builder copies a value before any write into it, and
     # the patch is JSON text to kube-apiserver): one map per pod, not per container
     value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    for name, index in containers:
-        container, at = ctx.container_at(name, index)
-        builder.put(container, at, "securityContext", value)
+    for list_name in gpu.CONTAINER_LISTS:  # every container that is a map (as gpu.containers)
+        items = spec.get(list_name)
+        if type(items) is list:
+            for index in range(len(items)):
+                if type(items[index]) is dict:
+                    container, at = ctx.container_at(list_name, index)
+                    builder.put(container, at, "securityContext", value)
 
 
 def _sc(obj: Mapping[str, Any]) -> dict[str, Any]:

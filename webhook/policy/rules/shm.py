@@ -31,25 +31,26 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         return
     # GPU containers (init ones only if asked) with nothing at /dev/shm yet
     with_init = cfg.initContainers
-    targets = []
-    for list_name, index in ctx.slots:
+    targets = []  # their slots' keys: (container list, index)
+    for slot in ctx.slots:
+        list_name, index = slot
         container: dict[str, Any] = spec[list_name][index]  # (slots name maps: read as a dict, no method lookup)
         mounts = container.get("volumeMounts")
         if (with_init or list_name != "initContainers") and not (type(mounts) is list and _mounts_shm(mounts)):
-            targets.append((list_name, index, container))
+            targets.append(slot)
     if not targets:
         return
     volumes = spec.get("volumes")
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
     builder = ctx.builder
     if not exists:
-        smallest = _size_for(targets[0][2], cfg)
-        for _, _, container in targets[1:]:  # (a loop: most pods have one target)
-            smallest = min(smallest, _size_for(container, cfg))
+        smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg)
+        for list_name, index in targets[1:]:  # (a loop: most pods have one target)
+            smallest = min(smallest, _size_for(spec[list_name][index], cfg))
         size = smallest[1]
         builder.append_to(spec, ctx.spec_at, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     mount = {"name": name, "mountPath": MOUNT_PATH}  # one for every container (as securityContext's value)
-    for list_name, index, _ in targets:
+    for list_name, index in targets:
         container, at = ctx.container_at(list_name, index)
         builder.append_to(container, at, "volumeMounts", mount)
     ctx.changed("shm")
