@@ -85,3 +85,14 @@ def test_zero_gpus_are_no_gpus_to_the_cluster_index(value: object) -> None:
     assert not requests_gpu(pod)
     resources["requests"] = {"nvidia.com/gpu": "1"}  # (refused by the API server: but not zero everywhere)
     assert requests_gpu(pod)
+
+
+def test_resource_names_that_are_not_strings_are_no_gpus() -> None:
+    """A YAML manifest can key resources by a number, null or a boolean (the audit reads such files):
+    not GPUs, and no error, compiled (typed as str, mypyc would refuse them) or not."""
+    matcher = gpu.ResourceMatcher.of(gpu.DEFAULT_GPU_RESOURCES)
+    for limits in ({"nvidia.com/gpu": "1", None: "1"}, {1: "2", "nvidia.com/gpu": "1"}, {True: "1"}):
+        spec = {"containers": [{"name": "c", "resources": {"limits": limits, "requests": dict(limits)}}]}
+        expected = {("containers", 0): frozenset({"nvidia.com/gpu"})} if "nvidia.com/gpu" in limits else {}
+        for _ in range(2):  # the second time from what the matcher remembers
+            assert gpu.gpu_slots(spec, matcher) == expected

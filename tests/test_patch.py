@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import apply_patch
+from webhook.policy import affinity
 from webhook.policy.patch import PatchBuilder, pointer
 
 
@@ -123,3 +124,22 @@ def test_writes_below_an_owned_map_record_what_walks_from_the_root_do(doc: dict[
     assert doc == original, "the input object must never be modified"
     assert anchored.ops == walked.ops
     assert anchored.doc == walked.doc
+
+
+def test_node_affinity_merges_record_what_they_leave_in_the_document() -> None:
+    """require, then require_any keeping the term require extended, then require again: the patch,
+    applied as JSON text, gives the builder's document (the kept term is not changed in place
+    inside the value an earlier operation recorded)."""
+    def exists(key: str) -> dict[str, Any]:
+        return {"key": key, "operator": "Exists"}
+
+    terms = {"nodeSelectorTerms": [{"matchExpressions": [exists("a")]}, {"matchExpressions": [exists("x")]}]}
+    doc = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}}}
+    original = copy.deepcopy(doc)
+    b = PatchBuilder(doc)
+    affinity.require(b, ("spec",), exists("b"))  # appended to both terms: the builder owns them
+    merge = affinity.require_any(b, ("spec",), [[exists("a"), exists("b")]])  # keeps the first, extends the second
+    assert merge.added
+    affinity.require(b, ("spec",), exists("d"))  # appended to every term again
+    assert doc == original
+    assert apply_patch(original, b.ops) == b.doc

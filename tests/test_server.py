@@ -191,10 +191,13 @@ async def test_health_readiness_and_metrics(webhook: Webhook) -> None:
 
 
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: str, body: bytes) -> tuple[str, dict[str, str], bytes]:
-    """One request on a raw connection: (status line, headers by lower-case name, body)."""
+    """One request on a raw connection: (status line, headers by lower-case name, body); an
+    interim 100 Continue (the answer to Expect) is read past."""
     writer.write(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     await writer.drain()
     lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+    if lines[0].startswith("HTTP/1.1 100 "):
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
     return lines[0], headers, await reader.readexactly(int(headers["content-length"]))
 
@@ -226,5 +229,23 @@ async def test_answers_are_well_formed_http_on_kept_and_closed_connections(webho
                 assert (await _exchange(reader, writer, head, body))[0] == "HTTP/1.0 200 OK"
             else:
                 assert await reader.read() == b"", "the server closes an HTTP/1.0 connection after its answer"
+        finally:
+            writer.close()
+
+
+async def test_while_draining_admission_answers_close_their_connection_by_either_path(webhook: Webhook, pki: Any) -> None:
+    """During the drain every answer says Connection: close and the server closes after it: on the
+    fast path (dispatch) and through the router, which a request asking Expect: 100-continue takes
+    (the app's response hook sets it there)."""
+    body = json.dumps(load_review(corpus_reviews()[0])).encode()
+    port = int(webhook.base.rsplit(":", 1)[1])
+    webhook.app[keys.DRAINING].set()
+    for expect in ("", "Expect: 100-continue\r\n"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=pki.client_context(), server_hostname="localhost")
+        try:
+            status, headers, answer = await _exchange(reader, writer, f"POST /mutate HTTP/1.1\r\nHost: x\r\n{expect}", body)
+            assert status == "HTTP/1.1 200 OK" and json.loads(answer)["response"]["uid"] == json.loads(body)["request"]["uid"]
+            assert headers.get("connection") == "close", (expect, headers)
+            assert await asyncio.wait_for(reader.read(), 5) == b"", "closed after the answer"
         finally:
             writer.close()

@@ -268,3 +268,26 @@ async def test_a_head_that_stops_arriving_is_parked_at_the_end_of_its_trickle_ti
     assert read_limits(hook) == [(0, 0)], "parked once its trickle time is over, with no other record sent"
     assert hook.app[keys.METRICS].parked._value.get() == 1
     writer.close()
+
+
+async def test_a_client_that_sends_and_never_reads_is_not_answered_into_an_unbounded_buffer(
+    webhook: Webhook, pki: Pki
+) -> None:
+    """Requests pipelined on one connection whose answers are never read: once the server's
+    write buffer is full it stops reading the connection (handlers.Answer waits while the
+    transport is paused, as aiohttp's own responses do), so the client's sending stalls too."""
+    body = json.dumps(load_review(corpus_reviews()[0])).encode()
+    one = f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    reader, writer = await connect(port_of(webhook), pki.client_context())
+    writer.transport.pause_reading()  # type: ignore[attr-defined]  # (the client never reads its answers)
+    try:
+        for sent in range(1, 20_001):
+            writer.write(one)
+            try:
+                await asyncio.wait_for(writer.drain(), 1.0)
+            except TimeoutError:
+                break  # the server stopped reading
+        # each answer is ~1.3 KB: 20,000 would be ~26 MB held by the server for one connection
+        assert sent < 20_000, "the server took every request while none of its answers was read"
+    finally:
+        writer.transport.abort()

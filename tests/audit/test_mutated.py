@@ -130,3 +130,16 @@ def test_written_manifests_spell_every_value_out(tmp_path: Path, capsys: pytest.
     assert all({"name": "gpu-admission-shm", "mountPath": "/dev/shm"} in c["volumeMounts"] for c in containers)
     code, out, _ = audit(capsys, "--diff", "--cluster-state", str(CLUSTER), str(source))
     assert code == 0 and "&id" not in out and "*id" not in out
+
+
+def test_a_document_inside_itself_is_written_with_an_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML can build an object that holds itself (an alias to its own anchor): written out in
+    full it would have no end, so it keeps its alias, and the documents beside it are written."""
+    looped = "apiVersion: v1\nkind: ConfigMap\nmetadata: &m {name: loop, namespace: ml-a, labels: {self: *m}}\ndata: {}\n"
+    source = write(tmp_path / "in" / "pods.yaml", GPU_POD + "---\n" + looped)
+    out_dir = tmp_path / "out"
+    code, _, err = audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(source))
+    assert code == 0, err
+    pod, config_map = yaml.safe_load_all((out_dir / "pods.yaml").read_text())
+    assert pod["spec"]["runtimeClassName"] == "nvidia"
+    assert config_map["metadata"]["labels"]["self"]["name"] == "loop"

@@ -25,10 +25,27 @@ _BASE_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 class _Dumper(_BASE_DUMPER):  # type: ignore[misc,valid-type]
     """Every value written out in full: no YAML anchors and aliases where a mutated object holds one
     value in several places (the engine adds one /dev/shm mount or container securityContext to
-    every container), as kubectl writes a manifest."""
+    every container), as kubectl writes a manifest. An object inside itself (a YAML input can
+    build one with an alias) is still written as an anchor and an alias: in full it has no end."""
+
+    def represent_data(self, data: Any) -> Any:
+        inside = self.__dict__.setdefault("_inside", set())  # ids of the objects being written out
+        key = id(data)
+        self._recursive = key in inside
+        if self._recursive:
+            return super().represent_data(data)
+        inside.add(key)
+        try:
+            return super().represent_data(data)
+        finally:
+            inside.discard(key)
 
     def ignore_aliases(self, data: Any) -> bool:
-        return True
+        if super().ignore_aliases(data):
+            return True
+        # the first time: kept (an anchor is written only if an alias refers to it); again: in
+        # full, unless it is inside itself
+        return id(data) in self.represented_objects and not self._recursive
 
 
 _DUMPER: Any = _Dumper

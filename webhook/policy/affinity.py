@@ -9,6 +9,7 @@ the pod could never be scheduled: the caller is told why.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,7 +135,9 @@ def require_any(builder: PatchBuilder, spec_path: Sequence[str | int], alternati
         merged.extend({**term, "matchExpressions": [*own, *map(dict, alt)]} for alt in usable)
     if merged == theirs:
         return Merge()
-    builder.set(terms_path, merged)
+    # a copy: a term kept as it is may be one the builder owns (an earlier require appended to it),
+    # which a later write would change in place, and with it the value recorded in this operation
+    builder.set(terms_path, copy.deepcopy(merged))
     return Merge(added=True)
 
 

@@ -60,7 +60,7 @@ class ResourceMatcher:
             self.seen.add(name)
         return keys & self.matching
 
-    def names_in(self, resources: dict[str, Any], names: frozenset[str]) -> frozenset[str]:
+    def names_in(self, resources: dict[Any, Any], names: frozenset[str]) -> frozenset[str]:
         """``names`` and the names of a resource map this matches (``names`` itself when it has no other).
 
         Name by name from remembered answers: a container's maps hold a few names, and each one

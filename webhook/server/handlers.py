@@ -121,7 +121,11 @@ class Answer(web.StreamResponse):
     is a StreamResponse for aiohttp's request handler, which calls
     ``prepare`` (that sends it) and ``write_eof`` (then a no-op), and reads
     ``keep_alive``: ``force_close`` before it is sent closes the connection
-    after it, as for any response.
+    after it, as for any response. What aiohttp does around a write stays:
+    the application's response hooks run before it (a request routed by
+    the router: the drain's ``Connection: close``), and it waits while the
+    transport is paused (a client that sends and does not read is not
+    answered into an unbounded buffer).
     """
 
     def __init__(self, body: bytes) -> None:
@@ -131,6 +135,7 @@ class Answer(web.StreamResponse):
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self._eof_sent:
             return None
+        await request._prepare_hook(self)  # (the app's on_response_prepare, for a request the router matched)
         keep_alive = self._keep_alive
         if keep_alive is None:
             keep_alive = self._keep_alive = request.keep_alive
@@ -146,8 +151,7 @@ class Answer(web.StreamResponse):
         transport.write(head % (len(body), _date()) + body)
         self._eof_sent, self._body_length = True, len(body)
         writer = request._payload_writer
-        if len(body) > _DRAIN_ABOVE:  # (what aiohttp's writer does for large bodies: wait for the client)
-            await writer.drain()
+        await writer.drain()  # (as aiohttp's write_eof: returns at once unless the transport is paused)
         return writer
 
 
@@ -156,7 +160,6 @@ _HEAD_11 = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"\r\n"
 _HEAD_11_CLOSE = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"Connection: close\r\n\r\n"
 _HEAD_10 = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"\r\n"
 _HEAD_10_KEEP = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"Connection: keep-alive\r\n\r\n"
-_DRAIN_ABOVE = 2**16
 _last_date: list[Any] = [0, b""]
 
 
