@@ -50,6 +50,8 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
                 response = await admit(app, request, path)
                 if draining.is_set():  # (what app.py's close_when_draining does for the router's answers)
                     response.force_close()
+                if type(response) is Answer:
+                    response.hooked = True  # (the app's response hooks are for what the router matched)
                 return response
         return await fallback(request)  # type: ignore[arg-type]
 
@@ -131,11 +133,14 @@ class Answer(web.StreamResponse):
     def __init__(self, body: bytes) -> None:
         super().__init__()
         self._answer = body
+        #: the app's response hooks ran or are not for it (dispatch's fast path does their part)
+        self.hooked = False
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self._eof_sent:
             return None
-        await request._prepare_hook(self)  # (the app's on_response_prepare, for a request the router matched)
+        if not self.hooked:  # (the app's on_response_prepare, for a request the router matched)
+            await request._prepare_hook(self)
         keep_alive = self._keep_alive
         if keep_alive is None:
             keep_alive = self._keep_alive = request.keep_alive
@@ -151,7 +156,8 @@ class Answer(web.StreamResponse):
         transport.write(head % (len(body), _date()) + body)
         self._eof_sent, self._body_length = True, len(body)
         writer = request._payload_writer
-        await writer.drain()  # (as aiohttp's write_eof: returns at once unless the transport is paused)
+        if transport.get_write_buffer_size():  # (as aiohttp's write_eof: wait while the transport is paused,
+            await writer.drain()               # which it only is with answers still buffered)
         return writer
 
 
