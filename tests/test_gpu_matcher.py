@@ -18,16 +18,16 @@ NAMES = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shar
 @settings(max_examples=200, deadline=None)
 @given(patterns=st.lists(st.sampled_from([*gpu.DEFAULT_GPU_RESOURCES, "amd.com/gpu", "example.com/*"]), max_size=4),
        maps=st.lists(st.dictionaries(NAMES, st.just("1"), max_size=5), max_size=6), bound=st.sampled_from([0, 3, 1024]))
-def test_among_is_the_names_the_matcher_matches(
+def test_names_in_is_the_names_the_matcher_matches(
     patterns: list[str], maps: list[dict[str, str]], bound: int
 ) -> None:
     matcher = gpu.ResourceMatcher.of(patterns)
     saved, gpu.MATCHES_SEEN = gpu.MATCHES_SEEN, bound  # a full memory answers as an empty one does
     try:
         for names in maps:
-            assert matcher.among(names) == {n for n in names if matcher(n)}
-            assert matcher.among(names) == {n for n in names if matcher(n)}, "asked again, from memory"
-        assert len(matcher.seen) <= max(bound, 0) + max((len(m) for m in maps), default=0)
+            assert matcher.names_in(names, frozenset()) == {n for n in names if matcher(n)}
+            assert matcher.names_in(names, frozenset()) == {n for n in names if matcher(n)}, "asked again, from memory"
+        assert len(matcher.answers) <= max(bound, 0) + max((len(m) for m in maps), default=0)
     finally:
         gpu.MATCHES_SEEN = saved
 

@@ -47,15 +47,12 @@ class _Dumper(_BASE_DUMPER):  # type: ignore[misc,valid-type]
         # full, unless it is inside itself
         return id(data) in self.represented_objects and not self._recursive
 
-
-_DUMPER: Any = _Dumper
-
 #: one file's entries in order: a document and its result (None: not audited), or a problem
 Entry = tuple[Document, Result | None] | Problem
 
 
 def dump(obj: Any) -> str:
-    return str(yaml.dump(obj, Dumper=_DUMPER, sort_keys=False, default_flow_style=False))
+    return str(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False))
 
 
 def diff(results: Iterable[Result]) -> str:

@@ -58,6 +58,8 @@ def _item_at(spec_at: str, list_name: str, index: int) -> str:
     known = items or []
     items = lists[list_name] = known + [f"{spec_at}/{list_name}/{i}" for i in range(len(known), index + 1)]
     return items[index]
+
+
 _POD_META = ("metadata",)
 
 
@@ -91,7 +93,7 @@ class RuleContext:
         #: rules change only through the builder and never replace whole
         self.spec: dict[str, Any] = spec if spec is not None else {}
         #: the pod spec's JSON pointer, where ``builder.put`` and ``append_to`` write below it
-        self.spec_at = builder.pointer_of(target.spec_path)
+        self.spec_at = builder.pointer(target.spec_path)
         self.classes, self.slots = classes, slots
         #: the pod spec's DRA claims as resolved through the view (None: it names none)
         self.claims = claims
@@ -102,7 +104,7 @@ class RuleContext:
         #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
         self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
         #: container → (the container as the builder's own, its JSON pointer): container_at; keyed
-        #: by position (``_position``), an int: no tuple built and hashed per question
+        #: by an int (its index, or -1 - index for an init container): no tuple built and hashed
         self._containers: dict[int, tuple[dict[str, Any], str]] | None = None
 
     def dry_run(self) -> RuleContext:

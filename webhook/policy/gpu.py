@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.policy import quantity
+from webhook.policy.patch import as_dict
 
 #: Resource names treated as GPUs unless a policy lists more (FACTS §3).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
@@ -26,12 +27,8 @@ class ResourceMatcher:
 
     exact: frozenset[str]
     prefixes: tuple[str, ...]
-    #: the resource names seen so far (few: cpu, memory, the GPUs...), and those
-    #: of them that match, so that a pod's resources are sorted by set
-    #: operations in C rather than name by name; bounded
-    seen: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
-    matching: set[str] = dataclass_field(default_factory=set, compare=False, repr=False)
-    #: name → frozenset({name}) when it matches, else an empty one: what ``names_in`` remembers (bounded)
+    #: name → frozenset({name}) when it matches, else an empty one: what ``names_in`` remembers
+    #: of the resource names seen so far (few: cpu, memory, the GPUs...); bounded
     answers: dict[str, frozenset[str]] = dataclass_field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -44,21 +41,6 @@ class ResourceMatcher:
 
     def __call__(self, name: str) -> bool:
         return name in self.exact or (bool(self.prefixes) and name.startswith(self.prefixes))
-
-    def among(self, names: Mapping[str, Any] | set[str]) -> AbstractSet[str]:
-        """The names (keys of a resource map, or a set of them) this matches."""
-        keys = names if isinstance(names, set) else names.keys()
-        if keys <= self.seen:
-            # most maps hold no GPU at all (cpu, memory): answered without building a set
-            return keys & self.matching if not self.matching.isdisjoint(keys) else _NO_NAMES
-        if len(self.seen) >= MATCHES_SEEN:  # names can be user-chosen: stop remembering
-            return {n for n in keys if type(n) is str and self(n)}
-        for name in keys - self.seen:
-            # matching first: worker threads evaluate too, and a name in ``seen`` must have its answer
-            if type(name) is str and self(name):
-                self.matching.add(name)
-            self.seen.add(name)
-        return keys & self.matching
 
     def names_in(self, resources: dict[Any, Any], names: frozenset[str]) -> frozenset[str]:
         """``names`` and the names of a resource map this matches (``names`` itself when it has no other).
@@ -120,8 +102,9 @@ class ContainerRef:
 def containers(spec: Mapping[str, Any]) -> list[ContainerRef]:
     """Init containers then app containers of a pod spec (ephemeral ones never hold GPUs)."""
     refs = []
+    spec = as_dict(spec)
     for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name) if type(spec) is dict else spec.get(list_name)
+        items = spec.get(list_name)
         if type(items) is list:
             for index, container in enumerate(items):
                 if type(container) is dict:
@@ -193,8 +176,9 @@ Slots = dict[tuple[str, int], frozenset[str]]
 def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     """Each container that asks for a GPU resource (more than zero of it: ``held``), by position."""
     slots: Slots = {}
+    spec = as_dict(spec)
     for list_name in CONTAINER_LISTS:
-        items = spec.get(list_name) if type(spec) is dict else spec.get(list_name)  # (a dict's get: no method lookup)
+        items = spec.get(list_name)
         if type(items) is not list:
             continue
         for index, container in enumerate(items):

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from webhook.policy import schema
+from webhook.policy.patch import as_dict
 
 
 def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:
@@ -199,10 +200,8 @@ class Classifier:
                 found.append(self._owner[kind])
         if workload_kind in self._kind:
             found.append(self._kind[workload_kind])
-        if type(pod_meta) is dict:  # (a dict's get: no method lookup)
-            labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
-        else:
-            labels, annotations = pod_meta.get("labels"), pod_meta.get("annotations")
+        meta = as_dict(pod_meta)
+        labels, annotations = meta.get("labels"), meta.get("annotations")
         if isinstance(labels, dict) and self._label:
             for key in self._label_keys.intersection(labels):
                 found.append(self._label[key])

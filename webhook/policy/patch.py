@@ -9,7 +9,7 @@ rules did: no deep copy, no diff of two whole objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Path = Sequence[str | int]
@@ -54,6 +54,12 @@ def lookup(doc: Any, path: Path, default: Any = None) -> Any:
         else:  # a scalar (a string is not a list of characters here), or a key of the wrong type
             return default
     return node
+
+
+def as_dict(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A map as a dict: itself, or a copy of another Mapping (compiled, a dict's ``.get`` is a direct
+    call where a ``Mapping``'s is a generic method lookup; pod specs and containers are dicts)."""
+    return obj if type(obj) is dict else dict(obj)
 
 
 def submap(obj: Any, key: str) -> dict[str, Any]:
@@ -134,7 +140,7 @@ class PatchBuilder:
             node.insert(key, value)  # type: ignore[arg-type]
         else:
             node[key] = value
-        self.ops.append({"op": "add" if added else "replace", "path": self._pointer(path), "value": value})
+        self.ops.append({"op": "add" if added else "replace", "path": self.pointer(path), "value": value})
         return True
 
     def set_default(self, path: Path, value: Any) -> bool:
@@ -163,7 +169,7 @@ class PatchBuilder:
         if type(items) is not list:
             self.set(list_path, [item])
             return
-        self.ops.append({"op": "add", "path": self._pointer((*list_path, len(items))), "value": item})
+        self.ops.append({"op": "add", "path": self.pointer((*list_path, len(items))), "value": item})
         items.append(item)
 
     def remove(self, path: Path) -> bool:
@@ -172,7 +178,7 @@ class PatchBuilder:
             return False
         parent = self.owned(path[:-1])
         del parent[path[-1]]
-        self.ops.append({"op": "remove", "path": self._pointer(path)})
+        self.ops.append({"op": "remove", "path": self.pointer(path)})
         return True
 
     # Writes below a container this builder already owns (the pod spec a rule
@@ -234,11 +240,8 @@ class PatchBuilder:
             self._owned[id(items)] = items
         self.ops.append({"op": "add", "path": f"{at}{slashed(key)}/{index}", "value": item})
 
-    def pointer_of(self, path: Path) -> str:
+    def pointer(self, path: Path) -> str:
         """The JSON pointer of ``path`` (remembered in the shared cache)."""
-        return self._pointer(path)
-
-    def _pointer(self, path: Path) -> str:
         key = path if type(path) is tuple else tuple(path)
         text = self._pointers.get(key)
         if text is None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.patch import Path, lookup
+from webhook.policy.patch import Path, as_dict, lookup
 
 
 def split_pointer(path: str) -> tuple[str, ...]:
@@ -107,7 +107,7 @@ def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
     """Every pod spec of ``obj`` that exists and is a mapping."""
     found: list[PodTarget] = []
     if paths.is_pod:
-        if type(obj.get("spec") if type(obj) is dict else obj.get("spec")) is dict:
+        if type(as_dict(obj).get("spec")) is dict:
             found.append(_POD)
         return found
     for pattern in paths.template_patterns:
@@ -131,8 +131,7 @@ def is_windows(spec: Mapping[str, Any]) -> bool:
     """A pod spec for Windows nodes (no /dev/shm, no Linux security fields, no Linux runtime class):
     ``os.name: windows``, or, in pods written before that field (and still common), a
     ``nodeSelector`` on ``kubernetes.io/os: windows`` (which every HostProcess pod also needs)."""
-    if type(spec) is not dict:  # (a dict read as one: compiled, a Mapping's .get is a generic method call)
-        spec = dict(spec)
+    spec = as_dict(spec)
     pod_os = spec.get("os")
     if type(pod_os) is dict and pod_os.get("name") == "windows":
         return True
@@ -142,7 +141,7 @@ def is_windows(spec: Mapping[str, Any]) -> bool:
 
 def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
     """Kinds of the object's ownerReferences."""
-    refs = meta.get("ownerReferences") if type(meta) is dict else meta.get("ownerReferences")
+    refs = as_dict(meta).get("ownerReferences")
     if not isinstance(refs, list):
         return set()
     return {str(r.get("kind")) for r in refs if isinstance(r, dict)}

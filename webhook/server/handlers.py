@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from email.utils import formatdate
-from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
+from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion11
 
 from webhook import review
@@ -153,7 +152,7 @@ class Answer(web.StreamResponse):
         transport = request.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("cannot write to a closing transport")
-        transport.write(head % (len(body), _date()) + body)
+        transport.write(head % (len(body), rfc822_formatted_time().encode()) + body)
         self._eof_sent, self._body_length = True, len(body)
         writer = request._payload_writer
         if transport.get_write_buffer_size():  # (as aiohttp's write_eof: wait while the transport is paused,
@@ -166,15 +165,6 @@ _HEAD_11 = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"\r\n"
 _HEAD_11_CLOSE = b"HTTP/1.1 200 OK\r\n" + _HEAD + b"Connection: close\r\n\r\n"
 _HEAD_10 = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"\r\n"
 _HEAD_10_KEEP = b"HTTP/%d.%d 200 OK\r\n" + _HEAD.replace(b"%", b"%%") + b"Connection: keep-alive\r\n\r\n"
-_last_date: list[Any] = [0, b""]
-
-
-def _date() -> bytes:
-    """The Date header's value (RFC 9110 IMF-fixdate), worked out once a second."""
-    now = int(time.time())
-    if now != _last_date[0]:
-        _last_date[:] = [now, formatdate(now, usegmt=True).encode("ascii")]
-    return _last_date[1]  # type: ignore[no-any-return]
 
 
 def _refuse(status: int, message: str, *, close: bool = False) -> web.Response:

@@ -15,6 +15,7 @@ from typing import Any
 from webhook.policy import quantity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import ShmRule
+from webhook.policy.patch import as_dict
 from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
@@ -88,7 +89,7 @@ def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
 
 def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
     """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a quantity."""
-    resources = container.get("resources") if type(container) is dict else container.get("resources")
+    resources = as_dict(container).get("resources")
     limits = resources.get("limits") if type(resources) is dict else None
     limit = limits.get("memory") if type(limits) is dict else None
     if limit is None:
