@@ -52,6 +52,19 @@ def apply_patch(obj: Any, ops: Any) -> Any:
     return jsonpatch.JsonPatch(json.loads(json.dumps(list(ops)))).apply(copy.deepcopy(obj))
 
 
+def assert_same_in_place(policies: Any, request: Any, view: Any, phase: str, decision: Any) -> None:
+    """Evaluated in place (the server's way: rules write into the request's object), a copy of the
+    request gets the same decision as the copying evaluation gave: operations, messages, document."""
+    from dataclasses import replace
+
+    from webhook.policy import engine
+
+    mine = replace(request, object=copy.deepcopy(request.object), old_object=copy.deepcopy(request.old_object))
+    in_place = engine.evaluate(policies, mine, view, phase, True)
+    assert list(in_place.patch) == list(decision.patch)
+    assert in_place == decision
+
+
 def assert_schema_valid(obj: dict[str, Any]) -> None:
     """Strict OpenAPI validation for built-in kinds (custom resources are skipped)."""
     if obj.get("apiVersion") not in BUILTIN_GROUPS:

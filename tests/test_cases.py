@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import POLICIES, apply_patch, assert_schema_valid, shipped_policies
+from tests.support import POLICIES, apply_patch, assert_same_in_place, assert_schema_valid, shipped_policies
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.policy.view import SnapshotView
@@ -54,6 +54,7 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
     before = copy.deepcopy(obj)
     decision = engine.evaluate(policies, request, view, phase)
     assert obj == before, "the engine changed the request's object"
+    assert_same_in_place(policies, request, view, phase, decision)
     expect = case.get("expect", {})
     assert decision.allowed == expect.get("allowed", True), decision.message()
     if "patch" in expect:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import MANIFESTS, apply_patch, assert_schema_valid
+from tests.support import MANIFESTS, apply_patch, assert_same_in_place, assert_schema_valid
 from tests.test_properties import POLICY_SET
 from webhook.policy import engine
 from webhook.policy.request import Request
@@ -46,6 +46,7 @@ def test_corpus_manifest_is_mutated_validly_and_idempotently(path: Path) -> None
     for obj in manifest_documents(path):
         request = Request.for_object(obj)
         decision = engine.evaluate(POLICY_SET, request, EMPTY_VIEW, "mutate")
+        assert_same_in_place(POLICY_SET, request, EMPTY_VIEW, "mutate", decision)
         if not decision.allowed:
             assert decision.message()
             continue

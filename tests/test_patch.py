@@ -1,8 +1,10 @@
-"""The patch builder: recorded operations reproduce the document; the input is never touched."""
+"""The patch builder: recorded operations reproduce the document; the input is never touched
+(or, in place, only the input is, and the operations are the same)."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -143,3 +145,72 @@ def test_node_affinity_merges_record_what_they_leave_in_the_document() -> None:
     affinity.require(b, ("spec",), exists("d"))  # appended to every term again
     assert doc == original
     assert apply_patch(original, b.ops) == b.doc
+
+
+def _recorded(b: PatchBuilder) -> list[str]:
+    """Each recorded operation as JSON text now (a later change inside a recorded value shows)."""
+    return [json.dumps(op, sort_keys=True) for op in b.ops]
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(KEYS, JSON, max_size=4), steps=edits())
+def test_in_place_records_what_copying_records_and_never_changes_a_recorded_value(
+    doc: dict[str, Any], steps: list[Any]
+) -> None:
+    original = copy.deepcopy(doc)
+    copying, in_place = PatchBuilder(doc), PatchBuilder(copy.deepcopy(doc), in_place=True)
+    texts: list[str] = []
+    for op, path, value in steps:
+        _apply_edit(copying, op, path, value)
+        _apply_edit(in_place, op, path, value)
+        texts = [*texts, *_recorded(in_place)[len(texts):]]
+        assert _recorded(in_place) == texts, "a recorded value changed after it was recorded"
+    assert in_place.ops == copying.ops
+    assert in_place.doc == copying.doc
+    assert apply_patch(original, in_place.ops) == in_place.doc
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.dictionaries(KEYS, JSON, max_size=4), steps=edits())
+def test_in_place_writes_below_an_owned_map_record_what_copying_ones_do(doc: dict[str, Any], steps: list[Any]) -> None:
+    original = copy.deepcopy(doc)
+    copying, in_place = PatchBuilder(doc), PatchBuilder(copy.deepcopy(doc), in_place=True)
+    for op, path, value in steps:
+        parent_path, key = path[:-1], path[-1]
+        if not isinstance(copying.get(parent_path), dict) or op not in ("set", "append"):
+            continue
+        for b in (copying, in_place):
+            parent = _anchored(b, parent_path)
+            if op == "set":
+                b.put(parent, pointer(parent_path), key, value)
+            else:
+                b.append_to(parent, pointer(parent_path), key, value)
+    assert doc == original
+    assert in_place.ops == copying.ops
+    assert in_place.doc == copying.doc
+    assert apply_patch(original, in_place.ops) == in_place.doc
+
+
+def test_in_place_writes_into_the_document_and_copies_what_an_operation_holds() -> None:
+    """One value written at two places (as securityContext is for every container), then a write
+    below one of them: that one is copied first, so neither the recorded value nor the other
+    place changes; the document's own maps and lists are written into, not copied."""
+    containers = [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, {"name": "b"}]
+    doc: dict[str, Any] = {"spec": {"containers": containers}}
+    b = PatchBuilder(doc, in_place=True)
+    spec = b.owned(("spec",))
+    assert spec is doc["spec"]
+    shared = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    for index in (0, 1):
+        container = b.own_item(spec, "containers", index)
+        assert container is containers[index]
+        b.put(container, f"/spec/containers/{index}", "securityContext", shared)
+    b.append_to(containers[0], "/spec/containers/0", "volumeMounts", {"name": "shm", "mountPath": "/dev/shm"})
+    assert len(containers[0]["volumeMounts"]) == 2, "the document's list is appended to in place"
+    b.set(("spec", "containers", 1, "securityContext", "capabilities", "drop"), ["NET_RAW"])
+    assert shared == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert containers[0]["securityContext"] is shared
+    assert containers[1]["securityContext"]["capabilities"]["drop"] == ["NET_RAW"]
+    assert [op["value"] for op in b.ops[:2]] == [shared, shared]
+    original = {"spec": {"containers": [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, {"name": "b"}]}}
+    assert apply_patch(original, b.ops) == doc

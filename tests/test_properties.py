@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 
 from tests.generators import workloads
-from tests.support import POLICIES, apply_patch, assert_schema_valid
+from tests.support import POLICIES, apply_patch, assert_same_in_place, assert_schema_valid
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.policy.view import EMPTY_VIEW
@@ -65,8 +65,10 @@ def lookup(node: Any, path: tuple[Any, ...]) -> Any:
 def test_mutations_apply_validate_repeat_and_keep_user_fields(obj: dict[str, Any]) -> None:
     assert_schema_valid(obj)  # the generator makes valid objects
     before = copy.deepcopy(obj)
-    decision = engine.evaluate(POLICY_SET, Request.for_object(obj), EMPTY_VIEW, "mutate")
+    request = Request.for_object(obj)
+    decision = engine.evaluate(POLICY_SET, request, EMPTY_VIEW, "mutate")
     assert obj == before, "the engine changed the request's object"
+    assert_same_in_place(POLICY_SET, request, EMPTY_VIEW, "mutate", decision)
     if not decision.allowed:
         assert decision.denials and decision.message()
         return

@@ -198,3 +198,19 @@ async def test_a_review_of_too_many_json_objects_is_refused_before_decoding(webh
         assert resp.status == 413
         assert "JSON objects" in (await resp.json())["message"]
     assert 'gpu_admission_rejected_requests_total{reason="too-many-objects"} 1.0' in await scrape(webhook)
+
+
+@pytest.mark.parametrize("size", [1000, 63 * 1024, 64 * 1024, 64 * 1024 + 1, 300 * 1024])
+def test_json_objects_are_counted_alike_below_and_above_the_size_counted_by_deleting(size: int) -> None:
+    """Bodies up to 64 KiB have their "{" counted one way, larger ones another: the same count, and
+    the same refusal past the limit (a body of little but objects, as a hostile one is)."""
+    from webhook.errors import RequestBodyError
+    from webhook.server.handlers import _count_objects
+
+    body = (b'[{"a":"{x"},' * size)[: size - 1] + b"]"
+    assert _count_objects(body, 10**9) == body.count(b"{")
+    dense = (b"{}," * size)[:size]
+    with pytest.raises(RequestBodyError) as refused:
+        _count_objects(dense, dense.count(b"{") - 1)
+    assert refused.value.status == 413 and f"up to {dense.count(b'{')} JSON objects" in str(refused.value)
+    assert _count_objects(dense, dense.count(b"{")) == dense.count(b"{")

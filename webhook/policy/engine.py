@@ -75,8 +75,11 @@ RULES: tuple[_Rule, ...] = (
 )
 
 
-def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> Decision:
-    """Run every matching policy's rules of ``phase`` over the request's pod specs."""
+def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Phase, in_place: bool = False) -> Decision:
+    """Run every matching policy's rules of ``phase`` over the request's pod specs.
+
+    ``in_place``: the caller gives the request's object up, and the rules write into it rather
+    than into copies (the decision is the same; ``Decision.patched`` is then that object)."""
     # each field read once: Request is an interpreted dataclass, whose fields cost a generic lookup each
     obj, operation, kind, group = request.object, request.operation, request.kind, request.group
     if operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
@@ -100,7 +103,7 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
         lifted = _lifted(policies, request, obj) if policies.exceptions else {}
         decision = dra_claims.judge(policies, request, view, namespace_labels(view, request.namespace), lifted)
     else:
-        decision = _evaluate(policies, request, obj, paths, view, phase)
+        decision = _evaluate(policies, request, obj, paths, view, phase, in_place)
     if phase == "validate" and operation == "UPDATE" and not decision.allowed:
         return _forgive_preexisting(policies, request, view, decision)
     return decision
@@ -281,7 +284,8 @@ def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
 
 
 def _evaluate(
-    policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase
+    policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase,
+    in_place: bool,
 ) -> Decision:
     targets, slots, claims, gpu_pods, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
     if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
@@ -294,7 +298,7 @@ def _evaluate(
     if lifted:
         plans = _lifted_plans(policies, plans, lifted)
     ns_labels = namespace_labels(view, namespace)
-    builder = PatchBuilder(obj, policies.pointers)
+    builder = PatchBuilder(obj, policies.pointers, in_place)
     sink = Findings([], [])
     # one context per pod spec, carried from policy to policy (its class is worked out once)
     if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class

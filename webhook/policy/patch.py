@@ -5,6 +5,13 @@ through ``set``/``append``/``remove``. The builder copies only the containers
 on the changed path (copy-on-write; the request's object is never modified)
 and records RFC 6902 operations as it goes, so the patch is exactly what the
 rules did: no deep copy, no diff of two whole objects.
+
+A caller that gives the object up (the server's /mutate: it answers and drops
+the request) builds ``in_place``: the builder then writes into the object
+itself and copies only what a recorded operation's value holds (a value
+written once and changed later would change the patch with it). The
+operations and the document are the same either way; what is spared is a
+copy of every container a rule writes into, and its bookkeeping.
 """
 
 from __future__ import annotations
@@ -75,19 +82,58 @@ def sublist(obj: Any, key: str) -> list[Any]:
 
 
 class PatchBuilder:
-    """Records add/replace/remove operations against a copy-on-write document."""
+    """Records add/replace/remove operations against a copy-on-write document (or, ``in_place``,
+    against the document itself)."""
 
-    def __init__(self, doc: Any, pointers: dict[tuple[str | int, ...], str] | None = None) -> None:
+    def __init__(
+        self, doc: Any, pointers: dict[tuple[str | int, ...], str] | None = None, in_place: bool = False,
+    ) -> None:
         self.doc = doc
         self.ops: list[dict[str, Any]] = []
         # JSON pointers of paths written before, shared across builders by the
         # caller (the engine keeps one per policy set); at most POINTER_CACHE_SIZE
         self._pointers = pointers if pointers is not None else {}
-        # containers this builder already copied, safe to change in place; kept
-        # by reference so an id is never reused by another object meanwhile
+        #: writing into ``doc`` itself (its owner gave it up), not into copies
+        self.in_place = in_place
+        # copying: the containers this builder copied, safe to change in place.
+        # In place: the maps and lists inside recorded values, never changed in place.
+        # Kept by reference either way, so an id is never reused by another object meanwhile.
         self._owned: dict[int, Any] = {}
+        self._held: dict[int, Any] = {}
         # the list own_item last made sure of (owned: held here, so its id is never another's)
         self._last_list: Any = None
+
+    def _mine(self, node: Any) -> bool:
+        """May this map or list be changed in place: a copy this builder made, or (in place) one that no
+        recorded value holds?"""
+        if self.in_place:
+            return id(node) not in self._held
+        return id(node) in self._owned
+
+    def _take(self, node: Any) -> Any:
+        """A copy of a map or list that is not ours (``_mine``), ours to change."""
+        node = _copy(node)
+        if not self.in_place:
+            self._owned[id(node)] = node
+        return node
+
+    def _hold(self, value: Any) -> None:
+        """In place: keep the maps and lists of a recorded value from being changed (a later write
+        below one copies it first, as a copying builder does with the request's)."""
+        held = self._held
+        if id(value) in held or not isinstance(value, (dict, list)):  # (most values: held before, or scalars)
+            return
+        stack: list[Any] = [value]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict) and id(node) not in held:
+                held[id(node)] = node
+                stack.extend(node.values())
+            elif isinstance(node, list) and id(node) not in held:
+                held[id(node)] = node
+                stack.extend(node)
+                if node is self._last_list:  # (own_item's memory of a list it may change)
+                    self._last_list = None
 
     def get(self, path: Path, default: Any = None) -> Any:
         """The current value at ``path`` (after the changes made so far)."""
@@ -97,11 +143,9 @@ class PatchBuilder:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
         if not path:
             raise ValueError("set needs a non-empty path")
-        owned = self._owned
         node = self.doc
-        if id(node) not in owned:
-            node = self.doc = _shallow(node)
-            owned[id(node)] = node
+        if not self._mine(node):
+            node = self.doc = self._take(node)
         # one walk down, copying what we do not own yet (an unneeded copy changes only identity)
         last = len(path) - 1
         child: Any = _MISSING
@@ -131,15 +175,16 @@ class PatchBuilder:
                     value = {inner: value}
                 path = path[: depth + 1]
                 break
-            if id(child) not in owned:
-                child = node[key] = _copy(child)
-                owned[id(child)] = child
+            if not self._mine(child):
+                child = node[key] = self._take(child)
             node = child
         added = child is _MISSING
         if added and type(node) is list:
             node.insert(key, value)  # type: ignore[arg-type]
         else:
             node[key] = value
+        if self.in_place:
+            self._hold(value)
         self.ops.append({"op": "add" if added else "replace", "path": self.pointer(path), "value": value})
         return True
 
@@ -171,6 +216,8 @@ class PatchBuilder:
             return
         self.ops.append({"op": "add", "path": self.pointer((*list_path, len(items))), "value": item})
         items.append(item)
+        if self.in_place:
+            self._hold(item)
 
     def remove(self, path: Path) -> bool:
         """Remove ``path`` if present; False when there was nothing to remove."""
@@ -192,10 +239,8 @@ class PatchBuilder:
         child = parent.get(key)
         kind = type(child)
         if kind is dict or kind is list:
-            owned = self._owned
-            if id(child) not in owned:
-                child = parent[key] = _copy(child)
-                owned[id(child)] = child
+            if not self._mine(child):
+                child = parent[key] = self._take(child)
             return child
         return None
 
@@ -204,17 +249,14 @@ class PatchBuilder:
 
         ``parent`` is owned, ``parent[key]`` is known to be a list and the item a map or list.
         """
-        owned = self._owned
         items = parent[key]
         if items is not self._last_list:  # (rules own a list's items one after another)
-            if id(items) not in owned:
-                items = parent[key] = _copy(items)
-                owned[id(items)] = items
+            if not self._mine(items):
+                items = parent[key] = self._take(items)
             self._last_list = items
         child = items[index]
-        if id(child) not in owned:
-            child = items[index] = _copy(child)
-            owned[id(child)] = child
+        if not self._mine(child):
+            child = items[index] = self._take(child)
         return child
 
     def put(self, parent: dict[str, Any], at: str, key: str, value: Any) -> bool:
@@ -223,6 +265,8 @@ class PatchBuilder:
         if current is not _MISSING and current is not None and current == value:
             return False
         parent[key] = value
+        if self.in_place:
+            self._hold(value)
         self.ops.append({"op": "add" if current is _MISSING else "replace", "path": at + slashed(key), "value": value})
         return True
 
@@ -233,11 +277,14 @@ class PatchBuilder:
             self.put(parent, at, key, [item])
             return
         index = len(items)
-        if id(items) in self._owned:
+        if self._mine(items):
             items.append(item)
         else:  # copied with the item, in one step
             items = parent[key] = [*items, item]
-            self._owned[id(items)] = items
+            if not self.in_place:
+                self._owned[id(items)] = items
+        if self.in_place:
+            self._hold(item)
         self.ops.append({"op": "add", "path": f"{at}{slashed(key)}/{index}", "value": item})
 
     def pointer(self, path: Path) -> str:
@@ -257,11 +304,9 @@ class PatchBuilder:
         the builder's own: it keeps its identity through later writes below
         it (only a write to ``path`` itself or above could replace it).
         """
-        owned = self._owned
         node = self.doc
-        if id(node) not in owned:
-            node = self.doc = node.copy() if type(node) is dict else _shallow(node)
-            owned[id(node)] = node
+        if not self._mine(node):
+            node = self.doc = self._take(node)
         child: Any
         for key in path:
             kind = type(node)
@@ -274,9 +319,8 @@ class PatchBuilder:
             kind = type(child)
             if kind is not dict and kind is not list:
                 return None
-            if id(child) not in owned:
-                child = node[key] = _copy(child)
-                owned[id(child)] = child
+            if not self._mine(child):
+                child = node[key] = self._take(child)
             node = child
         return node
 

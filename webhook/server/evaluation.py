@@ -46,7 +46,9 @@ def decide(
     if problem:
         return Outcome(not_evaluated(phase, problem), "limit")
     try:
-        return Outcome(engine.evaluate(policy_set, parsed.request, view, phase))
+        # in place: the server drops the request once it has answered (and nothing reads its object
+        # meanwhile), so the rules write into it rather than into copies of what they change
+        return Outcome(engine.evaluate(policy_set, parsed.request, view, phase, True))
     except Exception:  # a bug must not turn into an opaque "failed calling webhook"
         log.exception("evaluating %s %s (uid %s) failed", parsed.request.operation, parsed.request.subject, parsed.uid)
         return Outcome(internal_error(phase), "error")

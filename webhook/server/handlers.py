@@ -98,13 +98,23 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
 
 def _count_objects(body: bytes, limit: int) -> int:
     """An upper bound of the JSON objects in ``body``; RequestBodyError (413) past ``limit``."""
-    objects = body.count(b"{")
+    if len(body) <= _COUNT_BY_DELETING:
+        # bytes.count of one byte reads a byte at a time (4 µs on a 13 KB review); deleting it finds
+        # each with memchr, half the time on a review, but 10x slower on a body of little but
+        # "{": those past a small size are counted the plain way
+        objects = len(body) - len(body.replace(b"{", b""))
+    else:
+        objects = body.count(b"{")
     if objects > limit:
         raise RequestBodyError(
             413, "too-many-objects",
             f"the review holds up to {objects} JSON objects; gpu-admission reads at most {limit} (a pod review has a few hundred)",
         )
     return objects
+
+
+#: bodies up to this size have their "{" counted by deleting them (_count_objects)
+_COUNT_BY_DELETING = 64 * 1024
 
 
 def _json(payload: object) -> web.StreamResponse:
