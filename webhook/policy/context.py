@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from webhook.policy import gpu, match, schema
 from webhook.policy.claim_gpus import ClusterClasses, PodClaims
@@ -39,7 +39,7 @@ class Findings:
 _NO_SLOTS: gpu.Slots = {}
 
 #: pod spec pointer → container list → its items' pointers ("/spec/containers/0", …): built once, not per write
-_ITEM_POINTERS: dict[str, dict[str, list[str]]] = {}
+_ITEM_POINTERS: Final[dict[str, dict[str, list[str]]]] = {}
 
 
 def _item_at(spec_at: str, list_name: str, index: int) -> str:

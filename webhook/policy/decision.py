@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from webhook.policy.schema import Mode
 
@@ -67,4 +67,4 @@ class Decision(NamedTuple):
         return "\n".join(f.text() for f in self.denials)
 
 
-ALLOW = Decision()
+ALLOW: Final = Decision()

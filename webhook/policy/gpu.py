@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from webhook.policy import quantity
 from webhook.policy.patch import as_dict
@@ -18,7 +18,7 @@ DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
     "nvidia.com/mig-*",
 )
 
-CONTAINER_LISTS: tuple[str, ...] = ("initContainers", "containers")
+CONTAINER_LISTS: Final[tuple[str, ...]] = ("initContainers", "containers")
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,11 @@ class ResourceMatcher:
     def any_of(self, slots: Slots) -> bool:
         """Does any container of these slots mention a resource this matches?"""
         exact, prefixes = self.exact, self.prefixes
+        last: frozenset[str] | None = None
         for names in slots.values():
+            if names is last:  # (containers asking for the same GPUs share one set: names_in)
+                continue
+            last = names
             for name in names:
                 if name in exact or (prefixes and name.startswith(prefixes)):
                     return True
@@ -159,10 +163,10 @@ def _parsed_held(names: AbstractSet[str], limits: object, requests: object) -> s
 
 #: first characters of a quantity that cannot be zero ("4", "8", "1k": what
 #: does not parse stays too): the counts GPUs are asked in, sorted without parsing
-_NOT_ZERO = frozenset("123456789")
+_NOT_ZERO: Final = frozenset("123456789")
 
 
-_NO_NAMES: frozenset[str] = frozenset()
+_NO_NAMES: Final[frozenset[str]] = frozenset()
 
 #: how many resource names a matcher remembers (names can be user-chosen)
 MATCHES_SEEN = 1024
@@ -206,7 +210,7 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
     return slots
 
 
-_NO_LIMITS: dict[str, Any] = {}
+_NO_LIMITS: Final[dict[str, Any]] = {}
 
 
 def narrow(slots: Slots, is_gpu: ResourceMatcher) -> Slots:

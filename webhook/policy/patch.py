@@ -17,11 +17,16 @@ copy of every container a rule writes into, and its bookkeeping.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 Path = Sequence[str | int]
 
-_MISSING = object()
+_MISSING: Final = object()
+
+#: an add and a replace operation, which each recorded operation copies and fills in (compiled,
+#: copying a map of three keys costs about half of building one)
+_ADD: Final[dict[str, Any]] = {"op": "add", "path": "", "value": None}
+_REPLACE: Final[dict[str, Any]] = {"op": "replace", "path": "", "value": None}
 
 
 def pointer(path: Path) -> str:
@@ -40,11 +45,11 @@ def slashed(key: str) -> str:
     return found
 
 
-_SLASHED: dict[str, str] = {}
+_SLASHED: Final[dict[str, str]] = {}
 
 
 #: how many pointers a shared pointer cache keeps (paths can hold user-chosen keys)
-POINTER_CACHE_SIZE = 4096
+POINTER_CACHE_SIZE: Final = 4096
 
 
 def lookup(doc: Any, path: Path, default: Any = None) -> Any:
@@ -95,45 +100,42 @@ class PatchBuilder:
         self._pointers = pointers if pointers is not None else {}
         #: writing into ``doc`` itself (its owner gave it up), not into copies
         self.in_place = in_place
-        # copying: the containers this builder copied, safe to change in place.
-        # In place: the maps and lists inside recorded values, never changed in place.
-        # Kept by reference either way, so an id is never reused by another object meanwhile.
-        self._owned: dict[int, Any] = {}
-        self._held: dict[int, Any] = {}
-        # the list own_item last made sure of (owned: held here, so its id is never another's)
+        # Copying: the maps and lists this builder copied, the only ones it changes in place.
+        # In place: the maps and lists inside recorded values, the only ones it does not.
+        # So a map or list is the builder's to change when ``(id(node) in marks) != in_place``
+        # (written out at each use: a method call would cost the interpreted core ~5%).
+        # Kept by reference, so an id is never reused by another object meanwhile.
+        self._marks: dict[int, Any] = {}
+        # the list own_item last made sure of (kept here, so its id is never another's)
         self._last_list: Any = None
-
-    def _mine(self, node: Any) -> bool:
-        """May this map or list be changed in place: a copy this builder made, or (in place) one that no
-        recorded value holds?"""
-        if self.in_place:
-            return id(node) not in self._held
-        return id(node) in self._owned
-
-    def _take(self, node: Any) -> Any:
-        """A copy of a map or list that is not ours (``_mine``), ours to change."""
-        node = _copy(node)
-        if not self.in_place:
-            self._owned[id(node)] = node
-        return node
+        # the value _hold last held
+        self._last_held: Any = None
 
     def _hold(self, value: Any) -> None:
         """In place: keep the maps and lists of a recorded value from being changed (a later write
         below one copies it first, as a copying builder does with the request's)."""
-        held = self._held
-        if id(value) in held or not isinstance(value, (dict, list)):  # (most values: held before, or scalars)
+        if value is self._last_held:  # (one value written to every container, one after another)
             return
+        held = self._marks
+        if not (isinstance(value, dict) or isinstance(value, list)) or id(value) in held:  # a scalar, or held before
+            return
+        self._last_held = value
         stack: list[Any] = [value]
         while stack:
             node = stack.pop()
-            if isinstance(node, dict) and id(node) not in held:
-                held[id(node)] = node
-                stack.extend(node.values())
-            elif isinstance(node, list) and id(node) not in held:
-                held[id(node)] = node
-                stack.extend(node)
+            if id(node) in held:
+                continue
+            held[id(node)] = node
+            if isinstance(node, dict):
+                for child in node.values():
+                    if isinstance(child, dict) or isinstance(child, list):
+                        stack.append(child)
+            else:
                 if node is self._last_list:  # (own_item's memory of a list it may change)
                     self._last_list = None
+                for child in node:
+                    if isinstance(child, dict) or isinstance(child, list):
+                        stack.append(child)
 
     def get(self, path: Path, default: Any = None) -> Any:
         """The current value at ``path`` (after the changes made so far)."""
@@ -143,9 +145,12 @@ class PatchBuilder:
         """Make ``path`` hold ``value``, creating missing parents; False if it already did."""
         if not path:
             raise ValueError("set needs a non-empty path")
+        marks, in_place = self._marks, self.in_place
         node = self.doc
-        if not self._mine(node):
-            node = self.doc = self._take(node)
+        if (id(node) in marks) == in_place:  # (not ours to change: see __init__)
+            node = self.doc = _copy(node)
+            if not in_place:
+                marks[id(node)] = node
         # one walk down, copying what we do not own yet (an unneeded copy changes only identity)
         last = len(path) - 1
         child: Any = _MISSING
@@ -175,17 +180,21 @@ class PatchBuilder:
                     value = {inner: value}
                 path = path[: depth + 1]
                 break
-            if not self._mine(child):
-                child = node[key] = self._take(child)
+            if (id(child) in marks) == in_place:
+                child = node[key] = _copy(child)
+                if not in_place:
+                    marks[id(child)] = child
             node = child
         added = child is _MISSING
         if added and type(node) is list:
             node.insert(key, value)  # type: ignore[arg-type]
         else:
             node[key] = value
-        if self.in_place:
+        if in_place:
             self._hold(value)
-        self.ops.append({"op": "add" if added else "replace", "path": self.pointer(path), "value": value})
+        op = (_ADD if added else _REPLACE).copy()
+        op["path"], op["value"] = self.pointer(path), value
+        self.ops.append(op)
         return True
 
     def set_default(self, path: Path, value: Any) -> bool:
@@ -214,7 +223,9 @@ class PatchBuilder:
         if type(items) is not list:
             self.set(list_path, [item])
             return
-        self.ops.append({"op": "add", "path": self.pointer((*list_path, len(items))), "value": item})
+        op = _ADD.copy()
+        op["path"], op["value"] = self.pointer((*list_path, len(items))), item
+        self.ops.append(op)
         items.append(item)
         if self.in_place:
             self._hold(item)
@@ -239,8 +250,11 @@ class PatchBuilder:
         child = parent.get(key)
         kind = type(child)
         if kind is dict or kind is list:
-            if not self._mine(child):
-                child = parent[key] = self._take(child)
+            in_place = self.in_place
+            if (id(child) in self._marks) == in_place:
+                child = parent[key] = _copy(child)
+                if not in_place:
+                    self._marks[id(child)] = child
             return child
         return None
 
@@ -249,14 +263,19 @@ class PatchBuilder:
 
         ``parent`` is owned, ``parent[key]`` is known to be a list and the item a map or list.
         """
+        marks, in_place = self._marks, self.in_place
         items = parent[key]
         if items is not self._last_list:  # (rules own a list's items one after another)
-            if not self._mine(items):
-                items = parent[key] = self._take(items)
+            if (id(items) in marks) == in_place:
+                items = parent[key] = _copy(items)
+                if not in_place:
+                    marks[id(items)] = items
             self._last_list = items
         child = items[index]
-        if not self._mine(child):
-            child = items[index] = self._take(child)
+        if (id(child) in marks) == in_place:
+            child = items[index] = _copy(child)
+            if not in_place:
+                marks[id(child)] = child
         return child
 
     def put(self, parent: dict[str, Any], at: str, key: str, value: Any) -> bool:
@@ -267,7 +286,9 @@ class PatchBuilder:
         parent[key] = value
         if self.in_place:
             self._hold(value)
-        self.ops.append({"op": "add" if current is _MISSING else "replace", "path": at + slashed(key), "value": value})
+        op = (_ADD if current is _MISSING else _REPLACE).copy()
+        op["path"], op["value"] = at + slashed(key), value
+        self.ops.append(op)
         return True
 
     def append_to(self, parent: dict[str, Any], at: str, key: str, item: Any) -> None:
@@ -277,15 +298,18 @@ class PatchBuilder:
             self.put(parent, at, key, [item])
             return
         index = len(items)
-        if self._mine(items):
+        in_place = self.in_place
+        if (id(items) in self._marks) != in_place:  # ours
             items.append(item)
         else:  # copied with the item, in one step
             items = parent[key] = [*items, item]
-            if not self.in_place:
-                self._owned[id(items)] = items
-        if self.in_place:
+            if not in_place:
+                self._marks[id(items)] = items
+        if in_place:
             self._hold(item)
-        self.ops.append({"op": "add", "path": f"{at}{slashed(key)}/{index}", "value": item})
+        op = _ADD.copy()
+        op["path"], op["value"] = f"{at}{slashed(key)}/{index}", item
+        self.ops.append(op)
 
     def pointer(self, path: Path) -> str:
         """The JSON pointer of ``path`` (remembered in the shared cache)."""
@@ -304,9 +328,12 @@ class PatchBuilder:
         the builder's own: it keeps its identity through later writes below
         it (only a write to ``path`` itself or above could replace it).
         """
+        marks, in_place = self._marks, self.in_place
         node = self.doc
-        if not self._mine(node):
-            node = self.doc = self._take(node)
+        if (id(node) in marks) == in_place:
+            node = self.doc = _copy(node)
+            if not in_place:
+                marks[id(node)] = node
         child: Any
         for key in path:
             kind = type(node)
@@ -319,8 +346,10 @@ class PatchBuilder:
             kind = type(child)
             if kind is not dict and kind is not list:
                 return None
-            if not self._mine(child):
-                child = node[key] = self._take(child)
+            if (id(child) in marks) == in_place:
+                child = node[key] = _copy(child)
+                if not in_place:
+                    marks[id(child)] = child
             node = child
         return node
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from webhook.policy import quantity
 from webhook.policy.context import RuleContext
@@ -19,9 +19,9 @@ from webhook.policy.patch import as_dict
 from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
-MOUNT_PATH = "/dev/shm"
-MIB = Decimal(2**20)
-MIB_BYTES = 2**20
+MOUNT_PATH: Final = "/dev/shm"
+MIB: Final = Decimal(2**20)
+MIB_BYTES: Final = 2**20
 
 
 def run(ctx: RuleContext, cfg: ShmRule) -> None:
@@ -47,7 +47,9 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     if not exists:
         smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg)
         for list_name, index in targets[1:]:  # (a loop: most pods have one target)
-            smallest = min(smallest, _size_for(spec[list_name][index], cfg))
+            size_for = _size_for(spec[list_name][index], cfg)
+            if size_for[0] < smallest[0]:  # (the bytes: compiled, no tuple comparison)
+                smallest = size_for
         size = smallest[1]
         builder.append_to(spec, ctx.spec_at, "volumes", {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     mount = {"name": name, "mountPath": MOUNT_PATH}  # one for every container (as securityContext's value)
@@ -62,7 +64,10 @@ def _mounts_shm(mounts: list[Any]) -> bool:
     for mount in mounts:
         if type(mount) is dict:
             path = mount.get("mountPath", "")
-            if path == MOUNT_PATH or str(path).rstrip("/") == MOUNT_PATH:
+            if type(path) is str:  # (compiled: a str comparison, not a generic one)
+                if path == MOUNT_PATH or path.rstrip("/") == MOUNT_PATH:
+                    return True
+            elif str(path).rstrip("/") == MOUNT_PATH:
                 return True
     return False
 
