@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server soak registry-tools
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server bench-instructions soak registry-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ bench-index: $(STAMP)
 bench-server: compiled
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/server.py
+
+# instructions per admission, counted by valgrind (Debian package valgrind), on the compiled core
+bench-instructions: compiled
+	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
+	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/instructions.py
 
 # ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
 soak: $(STAMP)

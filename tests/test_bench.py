@@ -74,3 +74,19 @@ def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
     for case in ("training pod", "Deployment", "20-container pod", "pod without GPU"):
         assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
                          r"+\d+us +\d+us +[\d.]+x +[\d.]+-[\d.]+x  (met|NOT met)$", result.stdout, re.M), result.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is installed by make bench-instructions")
+def test_bench_instructions_counts_an_admission_and_the_null_webhooks_work() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/instructions.py", "--only", "training pod", "--small", "1", "--large", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )
+    found = re.search(r"^training pod +\d+ +([\d,]+) +([\d,]+) +([\d.]+)x$", result.stdout, re.M)
+    assert found, result.stdout
+    ours, null = (int(found.group(i).replace(",", "")) for i in (1, 2))
+    # both sides parse a 4 KB review (tens of thousands of instructions at least); the compiled core's
+    # admission runs in fewer instructions than the null webhook's json round trip, the interpreted one in more
+    assert ours > 10_000 and null > 10_000, result.stdout
+    assert abs(ours / null - float(found.group(3))) < 0.011, result.stdout
+    assert re.search(r"^admissions 3 - 1 per count; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout

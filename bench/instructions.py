@@ -1,0 +1,128 @@
+"""Benchmark: machine instructions per admission, counted rather than timed.
+
+On a shared machine a timing moves by several percent from one run to the
+next, as much as most single changes to the hot path; the number of
+instructions a piece of code executes does not move at all. This counts
+them with valgrind's cachegrind (Debian: valgrind; `make bench-instructions`
+installs it) for what one admission costs in-process, per payload of
+`make bench-server`:
+
+- ours: the review's JSON objects counted, the review parsed, evaluated (in
+  place, as the server does), the answer built and encoded;
+- null: what the null webhook of `make bench-server` does in-process: the
+  body parsed with ``json.loads``, the "allowed" answer dumped.
+
+TLS, HTTP and the event loop (the same for both servers, and most of a
+request's cost) are not in it. Each count is the difference of two runs of
+the same loop, ``--small`` and ``--large`` admissions long, divided by the
+difference: start-up and imports cancel out (each run with the same hash
+seed, and no garbage collection during the loop). Instructions are not time
+(a cache miss costs hundreds of them, and the server's caches are colder
+than a loop's), but a change that removes instructions from the hot path
+shows here to the last one; `make bench-server` says what it is worth.
+
+    make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.server import payloads  # noqa: E402
+from webhook import compiled  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def loop(side: str, file: Path, admissions: int) -> None:
+    """Admit the review in ``file`` ``admissions`` times, as ``side`` ("ours" or "null") does (run under valgrind)."""
+    body = file.read_bytes()
+    if side == "null":
+        _quiet()
+        for _ in range(admissions):
+            review = json.loads(body)
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": {"uid": review["request"]["uid"], "allowed": True}})
+        return
+    from webhook import review as reviews
+    from webhook.policy.loader import load_directory
+    from webhook.policy.view import EMPTY_VIEW
+    from webhook.server import evaluation, handlers
+    from webhook.server.limits import Limits
+
+    policies, limits = load_directory(REPO / "policies"), Limits()
+    _quiet()
+    for _ in range(admissions):
+        objects = handlers._count_objects(body, limits.max_objects)
+        parsed = reviews.parse_review(body)
+        outcome = evaluation.decide(policies, parsed, EMPTY_VIEW, "mutate", limits, objects)
+        _, answer = handlers._answer(parsed, outcome.decision, "mutate", limits.max_patch_bytes)
+        reviews.encode(answer)
+
+
+def _quiet() -> None:
+    """No collection of the garbage collector during the loop: when one falls in the longer run and
+    not in the shorter one, it adds millions of instructions to a difference of a few hundred
+    admissions (their objects are freed as they go, by reference counting)."""
+    gc.collect()
+    gc.disable()
+
+
+def instructions(side: str, file: Path, admissions: int) -> int:
+    """Instructions the whole process executes for ``admissions`` admissions (start-up included)."""
+    out = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--loop", side, str(file), str(admissions)],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
+    ).stderr
+    found = re.search(r"I\s+refs:\s+([\d,]+)", out)
+    if found is None:
+        raise SystemExit(f"valgrind printed no instruction count:\n{out}")
+    return int(found.group(1).replace(",", ""))
+
+
+def per_admission(side: str, file: Path, small: int, large: int) -> float:
+    return (instructions(side, file, large) - instructions(side, file, small)) / (large - small)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", type=int, default=50)
+    parser.add_argument("--large", type=int, default=250)
+    parser.add_argument("--only", help="one payload (e.g. 'training pod')")
+    parser.add_argument("--loop", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop:
+        loop(args.loop[0], Path(args.loop[1]), int(args.loop[2]))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind not found: apt-get install valgrind (make bench-instructions does it)")
+    if not args.small < args.large:
+        raise SystemExit("--small must be below --large")
+    print(f"{'payload':18} {'bytes':>7} {'ours':>12} {'null':>12} {'ratio':>6}   (instructions per admission)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, (case, review) in enumerate(payloads().items()):
+            if args.only and case != args.only:
+                continue
+            file = Path(tmp) / f"{n}.json"
+            file.write_text(json.dumps(review))
+            ours = per_admission("ours", file, args.small, args.large)
+            null = per_admission("null", file, args.small, args.large)
+            print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {null:12,.0f} {ours / null:5.2f}x")
+    print(f"admissions {args.large} - {args.small} per count; policy core: {compiled.policy_core()}")
+
+
+if __name__ == "__main__":
+    main()
