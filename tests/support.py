@@ -52,7 +52,7 @@ def apply_patch(obj: Any, ops: Any) -> Any:
     return jsonpatch.JsonPatch(json.loads(json.dumps(list(ops)))).apply(copy.deepcopy(obj))
 
 
-def assert_same_in_place(policies: Any, request: Any, view: Any, phase: str, decision: Any) -> None:
+def assert_same_in_place(policies: Any, request: Any, view: Any, phase: Any, decision: Any) -> None:
     """Evaluated in place (the server's way: rules write into the request's object), a copy of the
     request gets the same decision as the copying evaluation gave: operations, messages, document."""
     from dataclasses import replace

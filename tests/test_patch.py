@@ -195,7 +195,7 @@ def test_in_place_writes_into_the_document_and_copies_what_an_operation_holds() 
     """One value written at two places (as securityContext is for every container), then a write
     below one of them: that one is copied first, so neither the recorded value nor the other
     place changes; the document's own maps and lists are written into, not copied."""
-    containers = [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, {"name": "b"}]
+    containers: list[dict[str, Any]] = [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, {"name": "b"}]
     doc: dict[str, Any] = {"spec": {"containers": containers}}
     b = PatchBuilder(doc, in_place=True)
     spec = b.owned(("spec",))
