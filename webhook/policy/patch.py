@@ -8,8 +8,10 @@ rules did: no deep copy, no diff of two whole objects.
 
 A caller that gives the object up (the server's /mutate: it answers and drops
 the request) builds ``in_place``: the builder then writes into the object
-itself and copies only what a recorded operation's value holds (a value
-written once and changed later would change the patch with it). The
+itself, and copies (whole) only a recorded operation's value that a later
+write goes below (a value written once and changed later would change the
+patch with it). Rules never put a map or list of the object itself inside
+a value they write (the copying builder asks the same of its copies). The
 operations and the document are the same either way; what is spared is a
 copy of every container a rule writes into, and its bookkeeping.
 """
@@ -101,7 +103,8 @@ class PatchBuilder:
         #: writing into ``doc`` itself (its owner gave it up), not into copies
         self.in_place = in_place
         # Copying: the maps and lists this builder copied, the only ones it changes in place.
-        # In place: the maps and lists inside recorded values, the only ones it does not.
+        # In place: the recorded values (maps and lists), the only ones it does not; what is inside
+        # one is reached only through it, and copied with it (``_deep``) before a write below it.
         # So a map or list is the builder's to change when ``(id(node) in marks) != in_place``
         # (written out at each use: a method call would cost the interpreted core ~5%).
         # Kept by reference, so an id is never reused by another object meanwhile.
@@ -112,30 +115,14 @@ class PatchBuilder:
         self._last_held: Any = None
 
     def _hold(self, value: Any) -> None:
-        """In place: keep the maps and lists of a recorded value from being changed (a later write
-        below one copies it first, as a copying builder does with the request's)."""
+        """In place: keep a recorded value (a map or list) from being changed. What is inside it is
+        reached only through it, and a write below it copies it whole first (``_deep``), as a
+        copying builder copies the request's maps and lists."""
         if value is self._last_held:  # (one value written to every container, one after another)
             return
-        held = self._marks
-        if not (isinstance(value, dict) or isinstance(value, list)) or id(value) in held:  # a scalar, or held before
-            return
-        self._last_held = value
-        stack: list[Any] = [value]
-        while stack:
-            node = stack.pop()
-            if id(node) in held:
-                continue
-            held[id(node)] = node
-            if isinstance(node, dict):
-                for child in node.values():
-                    if isinstance(child, dict) or isinstance(child, list):
-                        stack.append(child)
-            else:
-                if node is self._last_list:  # (own_item's memory of a list it may change)
-                    self._last_list = None
-                for child in node:
-                    if isinstance(child, dict) or isinstance(child, list):
-                        stack.append(child)
+        if isinstance(value, dict) or isinstance(value, list):
+            self._marks[id(value)] = self._last_held = value
+            self._last_list = None  # (own_item's memory of a list it may change: it may be inside)
 
     def get(self, path: Path, default: Any = None) -> Any:
         """The current value at ``path`` (after the changes made so far)."""
@@ -148,7 +135,7 @@ class PatchBuilder:
         marks, in_place = self._marks, self.in_place
         node = self.doc
         if (id(node) in marks) == in_place:  # (not ours to change: see __init__)
-            node = self.doc = _copy(node)
+            node = self.doc = _deep(node) if in_place else _copy(node)
             if not in_place:
                 marks[id(node)] = node
         # one walk down, copying what we do not own yet (an unneeded copy changes only identity)
@@ -181,7 +168,7 @@ class PatchBuilder:
                 path = path[: depth + 1]
                 break
             if (id(child) in marks) == in_place:
-                child = node[key] = _copy(child)
+                child = node[key] = _deep(child) if in_place else _copy(child)
                 if not in_place:
                     marks[id(child)] = child
             node = child
@@ -252,7 +239,7 @@ class PatchBuilder:
         if kind is dict or kind is list:
             in_place = self.in_place
             if (id(child) in self._marks) == in_place:
-                child = parent[key] = _copy(child)
+                child = parent[key] = _deep(child) if in_place else _copy(child)
                 if not in_place:
                     self._marks[id(child)] = child
             return child
@@ -267,13 +254,13 @@ class PatchBuilder:
         items = parent[key]
         if items is not self._last_list:  # (rules own a list's items one after another)
             if (id(items) in marks) == in_place:
-                items = parent[key] = _copy(items)
+                items = parent[key] = _deep(items) if in_place else _copy(items)
                 if not in_place:
                     marks[id(items)] = items
             self._last_list = items
         child = items[index]
         if (id(child) in marks) == in_place:
-            child = items[index] = _copy(child)
+            child = items[index] = _deep(child) if in_place else _copy(child)
             if not in_place:
                 marks[id(child)] = child
         return child
@@ -302,7 +289,7 @@ class PatchBuilder:
         if (id(items) in self._marks) != in_place:  # ours
             items.append(item)
         else:  # copied with the item, in one step
-            items = parent[key] = [*items, item]
+            items = parent[key] = [*_deep(items), item] if in_place else [*items, item]
             if not in_place:
                 self._marks[id(items)] = items
         if in_place:
@@ -331,7 +318,7 @@ class PatchBuilder:
         marks, in_place = self._marks, self.in_place
         node = self.doc
         if (id(node) in marks) == in_place:
-            node = self.doc = _copy(node)
+            node = self.doc = _deep(node) if in_place else _copy(node)
             if not in_place:
                 marks[id(node)] = node
         child: Any
@@ -347,11 +334,21 @@ class PatchBuilder:
             if kind is not dict and kind is not list:
                 return None
             if (id(child) in marks) == in_place:
-                child = node[key] = _copy(child)
+                child = node[key] = _deep(child) if in_place else _copy(child)
                 if not in_place:
                     marks[id(child)] = child
             node = child
         return node
+
+
+def _deep(node: Any) -> Any:
+    """A copy of a map or list and of every map and list inside it (in place, of a recorded value
+    a write goes below: rare, and small)."""
+    if isinstance(node, dict):
+        return {key: _deep(value) if isinstance(value, (dict, list)) else value for key, value in node.items()}
+    if isinstance(node, list):
+        return [_deep(value) if isinstance(value, (dict, list)) else value for value in node]
+    raise TypeError(f"cannot patch inside a {type(node).__name__}")
 
 
 def _copy(node: Any) -> Any:
