@@ -214,3 +214,15 @@ def test_in_place_writes_into_the_document_and_copies_what_an_operation_holds() 
     assert [op["value"] for op in b.ops[:2]] == [shared, shared]
     original = {"spec": {"containers": [{"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}, {"name": "b"}]}}
     assert apply_patch(original, b.ops) == doc
+
+
+def test_in_place_holds_a_value_set_below_missing_parents_as_well_as_the_map_around_it() -> None:
+    """A value set below missing parents is recorded inside the map built around it; held itself
+    too, a later write at a place where the same map is reached another way copies it first."""
+    for in_place in (False, True):
+        node = {"k": 1}
+        b = PatchBuilder({"a": node}, in_place=in_place)
+        b.set(("x", "y"), node)  # "x" is missing: the operation adds {"y": node}
+        b.set(("a", "k"), 2)
+        assert b.ops[0] == {"op": "add", "path": "/x", "value": {"y": {"k": 1}}}, in_place
+        assert b.doc == {"a": {"k": 2}, "x": {"y": {"k": 1}}}, in_place

@@ -1,7 +1,9 @@
 """evaluate(policies, request, view, phase) -> Decision: the pure core.
 
 No I/O, no clock, no globals: the server, the audit CLI and the tests call
-this same function, so they cannot disagree.
+this same function, so they cannot disagree. It does not change the request,
+unless its caller gives the request's object up (``in_place``: the server,
+which drops it after answering), and then the decision is the same.
 """
 
 from __future__ import annotations

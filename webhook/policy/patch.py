@@ -2,7 +2,7 @@
 
 Rules read the object as earlier rules left it (``builder.doc``) and change it
 through ``set``/``append``/``remove``. The builder copies only the containers
-on the changed path (copy-on-write; the request's object is never modified)
+on the changed path (copy-on-write; the request's object is not modified)
 and records RFC 6902 operations as it goes, so the patch is exactly what the
 rules did: no deep copy, no diff of two whole objects.
 
@@ -11,7 +11,9 @@ the request) builds ``in_place``: the builder then writes into the object
 itself, and copies (whole) only a recorded operation's value that a later
 write goes below (a value written once and changed later would change the
 patch with it). Rules never put a map or list of the object itself inside
-a value they write (the copying builder asks the same of its copies). The
+a value they write (the copying builder asks the same of its copies), and
+the object is a tree, as parsed JSON is (one map or list at two places of
+it would take a write at either place to both). The
 operations and the document are the same either way; what is spared is a
 copy of every container a rule writes into, and its bookkeeping.
 """
@@ -163,6 +165,8 @@ class PatchBuilder:
                 # add the whole missing subtree at its first missing (or null) ancestor;
                 # a parent of the wrong type (a string where a map belongs, in an
                 # object no API server would accept) is replaced the same way
+                if in_place:  # (the value itself too: it may be a map or list reached by another path)
+                    self._hold(value)
                 for inner in reversed(path[depth + 1 :]):
                     value = {inner: value}
                 path = path[: depth + 1]
