@@ -50,6 +50,17 @@ def test_a_gpu_pod_is_stored_with_every_mutation_once(admin: Kube, namespace: st
     assert admin.get("v1", "Pod", "train", namespace)["spec"] == stored["spec"]
 
 
+def test_a_gpu_container_without_a_memory_limit_gets_shm_sized_from_the_pods_own(admin: Kube, namespace: str) -> None:
+    """Pod-level resources (spec.resources; beta and on by default since 1.34): the pod's memory
+    limit binds a container without one, so /dev/shm is half of it, not the size for no limit (1Gi).
+    A kube-apiserver without the feature drops the field after the mutating webhooks; the size stays."""
+    stored = admin.create(pod("pod-level", namespace, gpu_container(memory=None),
+                              resources={"limits": {"cpu": "4", "memory": "8Gi"}}))
+    shm = next(v for v in stored["spec"]["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory")
+    assert shm["emptyDir"]["sizeLimit"] == "4Gi"
+    assert [m["mountPath"] for m in stored["spec"]["containers"][0]["volumeMounts"]] == ["/dev/shm"]
+
+
 def test_mig_pods_get_node_affinity_once(admin: Kube, namespace: str) -> None:
     stored = admin.create(pod("mig", namespace, gpu_container(gpus=None) | {
         "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1, "memory": "4Gi"}}}))

@@ -73,7 +73,7 @@ class ShmRule(RuleBase):
     memoryFraction: float = Field(default=0.5, gt=0, le=1)
     maxSize: Quantity = "32Gi"
     minSize: Quantity = "64Mi"
-    sizeWithoutMemoryLimit: Quantity = Field(default="1Gi", description="for containers with no memory limit")
+    sizeWithoutMemoryLimit: Quantity = Field(default="1Gi", description="for containers with no memory limit, in a pod with none of its own")
     volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
     initContainers: bool = Field(default=False, description="also GPU init containers")
 

@@ -2,8 +2,11 @@
 far more than the runtime's 64 MiB default).
 
 tmpfs counts against the container's memory limit, so the size comes from
-that limit (a fraction, clamped) and never exceeds it. One volume serves
-every container that needs it, sized for the smallest of their limits.
+that limit (a fraction, clamped) and never exceeds it. A pod can set a limit
+of its own (pod-level resources, ``spec.resources.limits.memory``): it binds
+every container too, so the smaller of the two sizes a container, and it
+alone sizes a container without a limit. One volume serves every container
+that needs it, sized for the smallest of their limits.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
     builder = ctx.builder
     if not exists:
-        smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg)
+        pod_limit = _memory_limit(spec)  # (pod-level resources: for containers without their own)
+        smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg, pod_limit)
         for list_name, index in targets[1:]:  # (a loop: most pods have one target)
-            size_for = _size_for(spec[list_name][index], cfg)
+            size_for = _size_for(spec[list_name][index], cfg, pod_limit)
             if size_for[0] < smallest[0]:  # (the bytes: compiled, no tuple comparison)
                 smallest = size_for
         size = smallest[1]
@@ -92,11 +96,19 @@ def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     return candidate, candidate in taken
 
 
-def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
-    """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a quantity."""
-    resources = as_dict(container).get("resources")
+def _memory_limit(obj: Mapping[str, Any]) -> Any:
+    """``resources.limits.memory`` of a container or a pod spec (pod-level resources), or None."""
+    resources = as_dict(obj).get("resources")
     limits = resources.get("limits") if type(resources) is dict else None
-    limit = limits.get("memory") if type(limits) is dict else None
+    return limits.get("memory") if type(limits) is dict else None
+
+
+def _size_for(container: Mapping[str, Any], cfg: ShmRule, pod_limit: Any) -> tuple[int, str]:
+    """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a
+    quantity. ``pod_limit``: the pod's own memory limit (or None), which binds a container without one."""
+    limit = _memory_limit(container)
+    if pod_limit is not None:
+        limit = pod_limit if limit is None else _smaller(limit, pod_limit)
     if limit is None:
         limit = ""  # no limit sizes as an empty (invalid) one does, and is as common as any
     elif type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
@@ -108,6 +120,14 @@ def _size_for(container: Mapping[str, Any], cfg: ShmRule) -> tuple[int, str]:
             memo.clear()
         size = memo[limit] = _compute_size(limit, cfg)
     return size
+
+
+def _smaller(limit: Any, pod_limit: Any) -> Any:
+    """The smaller of a container's memory limit and its pod's (one that is no quantity: the other)."""
+    mine, pods = quantity.parse_quantity(limit), quantity.parse_quantity(pod_limit)
+    if mine is None:
+        return pod_limit
+    return limit if pods is None or mine <= pods else pod_limit
 
 
 def _compute_size(raw_limit: Any, cfg: ShmRule) -> tuple[int, str]:
