@@ -108,7 +108,8 @@ class PatchBuilder:
         # In place: the recorded values (maps and lists), the only ones it does not; what is inside
         # one is reached only through it, and copied with it (``_deep``) before a write below it.
         # So a map or list is the builder's to change when ``(id(node) in marks) != in_place``
-        # (written out at each use: a method call would cost the interpreted core ~5%).
+        # (written out at each use: a method call there would cost the interpreted core ~5%);
+        # one that is not is replaced by ``_taken``.
         # Kept by reference, so an id is never reused by another object meanwhile.
         self._marks: dict[int, Any] = {}
         # the list own_item last made sure of (kept here, so its id is never another's)
@@ -126,6 +127,14 @@ class PatchBuilder:
             self._marks[id(value)] = self._last_held = value
             self._last_list = None  # (own_item's memory of a list it may change: it may be inside)
 
+    def _taken(self, node: Any) -> Any:
+        """A copy of a map or list that is not the builder's to change, which is (see ``__init__``)."""
+        if self.in_place:
+            return _deep(node)
+        node = _copy(node)
+        self._marks[id(node)] = node
+        return node
+
     def get(self, path: Path, default: Any = None) -> Any:
         """The current value at ``path`` (after the changes made so far)."""
         return lookup(self.doc, path, default)
@@ -137,9 +146,7 @@ class PatchBuilder:
         marks, in_place = self._marks, self.in_place
         node = self.doc
         if (id(node) in marks) == in_place:  # (not ours to change: see __init__)
-            node = self.doc = _deep(node) if in_place else _copy(node)
-            if not in_place:
-                marks[id(node)] = node
+            node = self.doc = self._taken(node)
         # one walk down, copying what we do not own yet (an unneeded copy changes only identity)
         last = len(path) - 1
         child: Any = _MISSING
@@ -172,9 +179,7 @@ class PatchBuilder:
                 path = path[: depth + 1]
                 break
             if (id(child) in marks) == in_place:
-                child = node[key] = _deep(child) if in_place else _copy(child)
-                if not in_place:
-                    marks[id(child)] = child
+                child = node[key] = self._taken(child)
             node = child
         added = child is _MISSING
         if added and type(node) is list:
@@ -241,11 +246,8 @@ class PatchBuilder:
         child = parent.get(key)
         kind = type(child)
         if kind is dict or kind is list:
-            in_place = self.in_place
-            if (id(child) in self._marks) == in_place:
-                child = parent[key] = _deep(child) if in_place else _copy(child)
-                if not in_place:
-                    self._marks[id(child)] = child
+            if (id(child) in self._marks) == self.in_place:
+                child = parent[key] = self._taken(child)
             return child
         return None
 
@@ -258,15 +260,11 @@ class PatchBuilder:
         items = parent[key]
         if items is not self._last_list:  # (rules own a list's items one after another)
             if (id(items) in marks) == in_place:
-                items = parent[key] = _deep(items) if in_place else _copy(items)
-                if not in_place:
-                    marks[id(items)] = items
+                items = parent[key] = self._taken(items)
             self._last_list = items
         child = items[index]
         if (id(child) in marks) == in_place:
-            child = items[index] = _deep(child) if in_place else _copy(child)
-            if not in_place:
-                marks[id(child)] = child
+            child = items[index] = self._taken(child)
         return child
 
     def put(self, parent: dict[str, Any], at: str, key: str, value: Any) -> bool:
@@ -322,9 +320,7 @@ class PatchBuilder:
         marks, in_place = self._marks, self.in_place
         node = self.doc
         if (id(node) in marks) == in_place:
-            node = self.doc = _deep(node) if in_place else _copy(node)
-            if not in_place:
-                marks[id(node)] = node
+            node = self.doc = self._taken(node)
         child: Any
         for key in path:
             kind = type(node)
@@ -338,9 +334,7 @@ class PatchBuilder:
             if kind is not dict and kind is not list:
                 return None
             if (id(child) in marks) == in_place:
-                child = node[key] = _deep(child) if in_place else _copy(child)
-                if not in_place:
-                    marks[id(child)] = child
+                child = node[key] = self._taken(child)
             node = child
         return node
 

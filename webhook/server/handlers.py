@@ -96,6 +96,10 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
     return _json(payload)
 
 
+#: bodies up to this size have their "{" counted by deleting them (_count_objects)
+_COUNT_BY_DELETING = 64 * 1024
+
+
 def _count_objects(body: bytes, limit: int) -> int:
     """An upper bound of the JSON objects in ``body``; RequestBodyError (413) past ``limit``."""
     if len(body) <= _COUNT_BY_DELETING:
@@ -111,10 +115,6 @@ def _count_objects(body: bytes, limit: int) -> int:
             f"the review holds up to {objects} JSON objects; gpu-admission reads at most {limit} (a pod review has a few hundred)",
         )
     return objects
-
-
-#: bodies up to this size have their "{" counted by deleting them (_count_objects)
-_COUNT_BY_DELETING = 64 * 1024
 
 
 def _json(payload: object) -> web.StreamResponse:
