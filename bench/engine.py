@@ -29,7 +29,7 @@ import yaml
 from webhook import compiled
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW, SnapshotView
+from webhook.view.snapshot import EMPTY_VIEW, SnapshotView
 from webhook.review import parse_review
 
 REPO = Path(__file__).resolve().parents[1]

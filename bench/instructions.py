@@ -55,7 +55,7 @@ def loop(side: str, file: Path, admissions: int) -> None:
         return
     from webhook import review as reviews
     from webhook.policy.loader import load_directory
-    from webhook.policy.view import EMPTY_VIEW
+    from webhook.view.snapshot import EMPTY_VIEW
     from webhook.server import evaluation, handlers
     from webhook.server.limits import Limits
 

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_node_filter import NEEDS, SPEC, nodes, reference
-from webhook.policy import cuda, gpu, nodegroups, scheduling
-from webhook.policy.aggregates import Aggregates
-from webhook.policy.usage import UsageKey
+from webhook.gpu import cuda, resources as gpu
+from webhook.view import nodegroups, scheduling
+from webhook.view.aggregates import Aggregates
+from webhook.view.usage import UsageKey
 
 MODEL = "nvidia.com/gpu.product"
 TEAM = "team"

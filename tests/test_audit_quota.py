@@ -17,7 +17,7 @@ import yaml
 from webhook import cli
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 POLICY = """\
 apiVersion: gpu-admission.io/v1alpha1

@@ -20,7 +20,7 @@ import yaml
 from tests.support import POLICIES, apply_patch, assert_same_in_place, assert_schema_valid, shipped_policies
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 CASES = Path(__file__).parent / "cases"
 

@@ -12,7 +12,7 @@ from tests.support import MANIFESTS, apply_patch, assert_same_in_place, assert_s
 from tests.test_properties import POLICY_SET
 from webhook.policy import engine
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW
+from webhook.view.snapshot import EMPTY_VIEW
 
 
 def manifest_documents(path: Path) -> list[Any]:

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from tests.facts import cuda_releases, section, table_rows
-from webhook.policy import cuda
-from webhook.policy.cuda import CudaVersion, DriverVersion
+from webhook.gpu import cuda
+from webhook.gpu.cuda import CudaVersion, DriverVersion
 
 
 def facts_table() -> dict[str, str]:

@@ -14,8 +14,8 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from webhook.policy import image_table
-from webhook.policy.images import ImageRef
+from webhook.gpu import image_table
+from webhook.gpu.images import ImageRef
 
 REPO = Path(__file__).resolve().parents[1]
 UNKNOWN_AT_MOST = 8

@@ -8,7 +8,7 @@ from typing import Any
 from tests.support import shipped_policies
 from webhook.policy import engine
 from webhook.policy.request import Request
-from webhook.policy.view import Object, SnapshotView
+from webhook.view.snapshot import Object, SnapshotView
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import MANIFESTS, apply_patch, assert_schema_valid, shipped_policies
-from webhook.policy import dra, engine, loader
+from webhook.kube import dra
+from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 DRA_FILES = sorted(p for p in MANIFESTS.glob("*.yaml") if "dra" in p.name.lower()) if MANIFESTS.is_dir() else []
 GPU_CLASSES = {"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"}
@@ -254,7 +255,7 @@ def test_forward_compatibility_reads_the_product_a_dra_node_publishes(product: s
 def test_a_relist_of_resource_slices_never_hides_a_published_device_from_a_reader() -> None:
     """Admission reads allocated devices without the index's lock: during a relist of the same
     slices, a device published before and after it is found all along."""
-    from webhook.policy.aggregates import Aggregates
+    from webhook.view.aggregates import Aggregates
 
     aggregates = Aggregates()
     slices = [_slice(f"n{i}", [_gpu("gpu-0", "570.124.6")]) for i in range(3)]

@@ -18,7 +18,7 @@ from webhook.policy import engine, loader
 from webhook.policy.decision import Decision
 from webhook.policy.loader import PolicySet
 from webhook.policy.request import Phase, Request
-from webhook.policy.view import EMPTY_VIEW
+from webhook.view.snapshot import EMPTY_VIEW
 
 #: the corpus training pod: Pod cap/trainer, one container with 4 GPUs
 TRAINER = load_review(REVIEWS / "000_mutate_create_pods_.json")["request"]["object"]

@@ -28,10 +28,11 @@ from typing import Any
 import pytest
 
 from tests.support import POLICIES, shipped_policies
-from webhook.policy import engine, forward_compat, images, loader
-from webhook.policy.cuda import CudaVersion, DriverVersion
+from webhook.gpu import forward_compat, images
+from webhook.policy import engine, loader
+from webhook.gpu.cuda import CudaVersion, DriverVersion
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 H100, A100, L40S, T4, A10G = (
     "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S", "Tesla-T4", "NVIDIA-A10G",

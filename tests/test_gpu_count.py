@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.policy import gpu
+from webhook.gpu import resources as gpu
 
 MATCH = gpu.ResourceMatcher.of(gpu.DEFAULT_GPU_RESOURCES)
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.cluster.pods import requests_gpu
-from webhook.policy import gpu, quantity
+from webhook.gpu import resources as gpu
+from webhook.kube import quantity
 
 NAMES = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
                          "nvidia.com/mig-", "amd.com/gpu", "example.com/gpu", "ephemeral-storage"]) | st.text(max_size=12)

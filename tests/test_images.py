@@ -7,8 +7,8 @@ import re
 import pytest
 
 from tests.facts import section, table_rows
-from webhook.policy import image_table, images
-from webhook.policy.cuda import CudaVersion
+from webhook.gpu import image_table, images
+from webhook.gpu.cuda import CudaVersion
 
 
 def _months(first: str, last: str) -> list[str]:

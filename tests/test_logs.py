@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
 from webhook import logs, review
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 from webhook.server import keys
 
 

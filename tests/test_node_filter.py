@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.policy import scheduling
-from webhook.policy.patch import lookup, sublist
+from webhook.view import scheduling
+from webhook.kube.patch import lookup, sublist
 
 
 # -- the specification: every filter, per node, straight from the pod spec --

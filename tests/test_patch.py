@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import apply_patch
-from webhook.policy import affinity
-from webhook.policy.patch import PatchBuilder, pointer
+from webhook.kube import affinity
+from webhook.kube.patch import PatchBuilder, pointer
 
 
 def test_pointer_escapes_rfc6901() -> None:

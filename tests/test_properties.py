@@ -11,7 +11,7 @@ from tests.generators import workloads
 from tests.support import POLICIES, apply_patch, assert_same_in_place, assert_schema_valid
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW
+from webhook.view.snapshot import EMPTY_VIEW
 
 ALL_KINDS_POLICY = """
 apiVersion: gpu-admission.io/v1alpha1

@@ -7,7 +7,7 @@ from typing import Any
 from tests.support import POLICIES
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 
 def _policies(limit: str) -> loader.PolicySet:

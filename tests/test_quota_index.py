@@ -8,7 +8,7 @@ from tests.support import POLICIES
 from webhook.cluster.pods import trim_pod
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 POLICY = """\
 apiVersion: gpu-admission.io/v1alpha1

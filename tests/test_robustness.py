@@ -13,7 +13,7 @@ from tests.conftest import Webhook
 from tests.support import REPO, corpus_reviews, load_review
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW, SnapshotView
+from webhook.view.snapshot import EMPTY_VIEW, SnapshotView
 
 POLICIES = loader.load_directory(REPO / "policies")
 #: the shipped policies plus settings they leave out: a NoExecute toleration

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.facts import section, table_rows
-from webhook.policy import mig, scheduling
+from webhook.gpu import mig
+from webhook.view import scheduling
 
 
 def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,

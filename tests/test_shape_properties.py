@@ -21,7 +21,7 @@ from tests import generators
 from tests.support import POLICIES
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.policy.view import EMPTY_VIEW
+from webhook.view.snapshot import EMPTY_VIEW
 
 POLICY = """\
 apiVersion: gpu-admission.io/v1alpha1

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.support import REPO, shipped_policies
-from webhook.policy import validation_settings as vs
+from webhook.policy.settings import validation as vs
 
 DOC = (REPO / "docs" / "validations.md").read_text(encoding="utf-8")
 MODELS = [vs.ClusterRuleBase, vs.ResourceShapeRule, vs.SharingSchemes, vs.QuotaRule, vs.QuotaLimit,

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import ClusterIndex
-from webhook.policy.view import SnapshotView
+from webhook.view.snapshot import SnapshotView
 
 from . import builders
 from .conftest import MakeIndex

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import Backoff
-from webhook.policy.view import KNOWN, Availability
+from webhook.view.snapshot import KNOWN, Availability
 
 from . import builders
 from .builders import names as _names

@@ -10,7 +10,7 @@ import yaml
 
 import deploy_tree
 from deploy_tree import NAMESPACE
-from webhook.policy.workload import BUILTIN_KINDS
+from webhook.kube.workload import BUILTIN_KINDS
 
 BASE = deploy_tree.base()
 MUTATING = deploy_tree.one("MutatingWebhookConfiguration", docs=BASE)

@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.admission import Admission
 from tests.e2e.fixtures import TOLERATE_GPU, gpu_container, gpu_node, pod, register_node
 from tests.e2e.kube import Kube, Object, Refused
-from webhook.policy import scheduling
+from webhook.view import scheduling
 
 CUDA_124 = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"  # needs driver >= 550.54.15 (FACTS.md §1)
 DRIVER_FIELD = "nvidia.com/cuda.driver-version.full"

@@ -22,7 +22,7 @@ from webhook.audit.inputs import CLUSTER_PREFIX, Document
 from webhook.cluster import ClusterConfigError, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
-from webhook.policy.view import RESOURCES, SnapshotView
+from webhook.view.snapshot import RESOURCES, SnapshotView
 
 #: the namespaceSelector of deploy/base/*webhook.yaml
 OPT_IN_LABEL = "gpu-admission.io/enabled"

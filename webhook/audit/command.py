@@ -26,7 +26,7 @@ from webhook.audit.progress import Progress
 from webhook.audit.report import FORMATS, Report
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
-from webhook.policy.view import RESOURCES, ClusterView, SnapshotView
+from webhook.view.snapshot import RESOURCES, ClusterView, SnapshotView
 from webhook.registry import flags
 from webhook.registry.resolver import ResolverSettings
 

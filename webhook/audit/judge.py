@@ -15,10 +15,10 @@ from typing import Any, Literal
 from webhook.audit.inputs import Document
 from webhook.policy import engine, loader, match
 from webhook.policy.decision import Decision, Finding
-from webhook.policy.dra import is_claim
+from webhook.kube.dra import is_claim
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import dra_claims
-from webhook.policy.view import ClusterView
+from webhook.view.snapshot import ClusterView
 
 Verdict = Literal["deny", "warn", "mutate", "pass"]
 Status = Literal["pass", "fail", "warn", "error", "skip"]

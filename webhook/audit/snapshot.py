@@ -21,7 +21,7 @@ from webhook.audit.inputs import MANIFEST_SUFFIXES
 from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
-from webhook.policy.view import NOT_IN_SNAPSHOT, SnapshotView
+from webhook.view.snapshot import NOT_IN_SNAPSHOT, SnapshotView
 from webhook.policy import yaml_errors
 
 _KIND_OF = {k.kind: k for k in kinds.KINDS.values()}

@@ -2,7 +2,7 @@
 
 - :func:`load_api_client` finds the API server (kubeconfig, in-cluster, none);
 - :class:`ClusterIndex` lists and watches what the policies need and serves
-  it as a :class:`webhook.policy.view.ClusterView`.
+  it as a :class:`webhook.view.snapshot.ClusterView`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Only pods that request GPU-like extended resources matter to the policies
 (GPU quota usage, placement), and a cluster can run tens of thousands of
 other pods, so the index drops the rest on arrival and keeps the fields the
-:mod:`webhook.policy.view` docstring promises and nothing else: a trimmed
+:mod:`webhook.view.snapshot` docstring promises and nothing else: a trimmed
 pod is a few hundred bytes instead of the 5-20 KB the API server sends.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import Any
 
-from webhook.policy import gpu
+from webhook.gpu import resources
 
 #: An object as parsed from the API server's JSON: a fresh dict, ours to edit.
 Raw = dict[str, Any]
@@ -38,11 +38,11 @@ def requests_gpu(pod: Mapping[str, Any], is_gpu: ResourcePredicate = is_gpu_reso
     """Whether any container or init container requests or limits a GPU-like resource (more than zero of it)."""
     spec = pod.get("spec") or {}
     for container in chain(spec.get("containers") or (), spec.get("initContainers") or ()):
-        resources = container.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        amounts = container.get("resources") or {}
+        requests, limits = amounts.get("requests") or {}, amounts.get("limits") or {}
         names = {name for name in chain(requests, limits) if is_gpu(name)}
         # "nvidia.com/gpu: 0" (a chart's CPU mode) holds no GPU, as the policy core counts it
-        if names and gpu.held(names, limits, requests):
+        if names and resources.held(names, limits, requests):
             return True
     return False
 

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from immutables import Map
 
-from webhook.policy.view import Object
+from webhook.view.snapshot import Object
 
 CLUSTER = ""  # the bucket of cluster-scoped objects
 

@@ -6,14 +6,15 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from webhook.policy import gpu, match, schema
-from webhook.policy.claim_gpus import ClusterClasses, PodClaims
-from webhook.policy.device_classes import DeviceClassInfo
+from webhook.gpu import resources
+from webhook.policy import match, schema
+from webhook.view.claim_gpus import ClusterClasses, PodClaims
+from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.policy.decision import Change, Finding
-from webhook.policy.patch import PatchBuilder, lookup
+from webhook.kube.patch import PatchBuilder, lookup
 from webhook.policy.request import Phase, Request
-from webhook.policy.view import ClusterView
-from webhook.policy.workload import PodTarget, owner_kinds
+from webhook.view.snapshot import ClusterView
+from webhook.kube.workload import PodTarget, owner_kinds
 
 
 _new_tuple = tuple.__new__
@@ -36,7 +37,7 @@ class Findings:
         self.lifted: dict[str, set[str]] | None = None
 
 
-_NO_SLOTS: gpu.Slots = {}
+_NO_SLOTS: resources.Slots = {}
 
 #: pod spec pointer → container list → its items' pointers ("/spec/containers/0", …): built once, not per write
 _ITEM_POINTERS: Final[dict[str, dict[str, list[str]]]] = {}
@@ -80,9 +81,9 @@ class RuleContext:
 
     def __init__(
         self, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, rule: str,
-        mode: schema.Mode, target: PodTarget, is_gpu: gpu.ResourceMatcher, ns_labels: Mapping[str, str],
+        mode: schema.Mode, target: PodTarget, is_gpu: resources.ResourceMatcher, ns_labels: Mapping[str, str],
         builder: PatchBuilder, sink: Findings, spec: dict[str, Any] | None = None,
-        classes: match.Classifier = _NO_CLASSES, slots: gpu.Slots = _NO_SLOTS, claims: PodClaims | None = None,
+        classes: match.Classifier = _NO_CLASSES, slots: resources.Slots = _NO_SLOTS, claims: PodClaims | None = None,
         device_classes: Mapping[str, DeviceClassInfo] | None = None,
     ) -> None:
         self.request, self.view, self.phase, self.policy = request, view, phase, policy
@@ -102,7 +103,7 @@ class RuleContext:
         self._device_classes = device_classes
         self._workload_class: str | None = None
         #: (matcher, what extended_gpus() found with it): rules ask several times per pod spec
-        self._extended_gpus: tuple[gpu.ResourceMatcher, dict[str, Decimal]] | None = None
+        self._extended_gpus: tuple[resources.ResourceMatcher, dict[str, Decimal]] | None = None
         #: container → (the container as the builder's own, its JSON pointer): container_at; keyed
         #: by an int (its index, or -1 - index for an init container): no tuple built and hashed
         self._containers: dict[int, tuple[dict[str, Any], str]] | None = None
@@ -166,11 +167,11 @@ class RuleContext:
         """A container of this pod spec as the builder's own, and its JSON pointer: where to write
         into it with ``put``/``append_to``.
 
-        Only for containers that are maps (``gpu.containers``, the slots).
+        Only for containers that are maps (``resources.containers``, the slots).
         Remembered for this builder: rules never replace a container or a
         container list whole.
         """
-        position = index if list_name == "containers" else -1 - index  # (the two lists of gpu.CONTAINER_LISTS)
+        position = index if list_name == "containers" else -1 - index  # (the two lists of resources.CONTAINER_LISTS)
         owned = self._containers
         if owned is None:
             owned = self._containers = {}
@@ -181,11 +182,11 @@ class RuleContext:
         found = owned[position] = (self.builder.own_item(self.spec, list_name, index), _item_at(self.spec_at, list_name, index))
         return found
 
-    def gpu_containers(self) -> list[gpu.ContainerRef]:
+    def gpu_containers(self) -> list[resources.ContainerRef]:
         """Containers of this pod spec that mention a GPU resource (as they are now)."""
         spec, refs = self.spec, []
         for list_name, index in self.slots:  # in the pod's order: init containers first
-            refs.append(gpu.ContainerRef(list_name, index, spec[list_name][index]))
+            refs.append(resources.ContainerRef(list_name, index, spec[list_name][index]))
         return refs
 
     def pod_gpus(self) -> dict[str, Decimal]:
@@ -206,18 +207,18 @@ class RuleContext:
         if known is None or known[0] is not self.is_gpu:
             # the slots name every container with an extended GPU resource, unless claims added theirs
             slots = self.slots if self.claims is None else None
-            known = self._extended_gpus = (self.is_gpu, gpu.pod_gpus(self.spec, self.is_gpu, slots))
+            known = self._extended_gpus = (self.is_gpu, resources.pod_gpus(self.spec, self.is_gpu, slots))
         return known[1]
 
-    def extended_slots(self) -> gpu.Slots:
+    def extended_slots(self) -> resources.Slots:
         """The slots of extended resources only (what node labels and allocatable speak of), without DRA claims."""
-        return self.slots if self.claims is None else gpu.gpu_slots(self.spec, self.is_gpu)
+        return self.slots if self.claims is None else resources.gpu_slots(self.spec, self.is_gpu)
 
-    def gpu_names(self, ref: gpu.ContainerRef) -> frozenset[str]:
+    def gpu_names(self, ref: resources.ContainerRef) -> frozenset[str]:
         """GPU resource names a container mentions (empty for non-GPU containers)."""
         return self.slots.get((ref.list_name, ref.index), frozenset())
 
-    def where(self, ref: gpu.ContainerRef | None = None, field_path: str = "") -> str:
+    def where(self, ref: resources.ContainerRef | None = None, field_path: str = "") -> str:
         """A human location: "Pod ml/x container "c" (resources.limits)"."""
         text = self.request.subject
         if self.target.where():

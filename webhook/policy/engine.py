@@ -13,12 +13,15 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from webhook.policy import claim_gpus, dra, gpu, match, schema
+from webhook.gpu import resources
+from webhook.kube import dra
+from webhook.policy import match, schema
+from webhook.view import claim_gpus
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
-from webhook.policy.device_classes import DeviceClassInfo
+from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.policy.loader import PolicySet
-from webhook.policy.patch import PatchBuilder
+from webhook.kube.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -36,8 +39,8 @@ from webhook.policy.rules import (
     tolerations,
     training_locality,
 )
-from webhook.policy.view import ClusterView
-from webhook.policy.workload import PodTarget, pod_targets
+from webhook.view.snapshot import ClusterView
+from webhook.kube.workload import PodTarget, pod_targets
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
@@ -164,7 +167,7 @@ class _PolicyPlan:
     policy: schema.GPUPolicy
     rules: tuple[_Step, ...]
     dry: tuple[bool, ...] | None  # per rule, run as a dry run (a mutation in warn/audit mode)? None: none is
-    is_gpu: gpu.ResourceMatcher
+    is_gpu: resources.ResourceMatcher
     narrower: bool  # counts fewer resources as GPUs than the engine's fast path does
     gpu_only: bool
     by_namespace: bool  # has namespace conditions, checked per request
@@ -351,7 +354,7 @@ def is_gpu_object(policies: PolicySet, request: Request, view: ClusterView, phas
 
 def _pod_specs(
     policies: PolicySet, request: Request, obj: dict[str, Any], paths: Any, view: ClusterView, phase: Phase,
-) -> tuple[list[PodTarget], list[gpu.Slots], list[claim_gpus.PodClaims | None] | None, list[Any],
+) -> tuple[list[PodTarget], list[resources.Slots], list[claim_gpus.PodClaims | None] | None, list[Any],
            Mapping[str, DeviceClassInfo]]:
     """The object's pod specs: targets, GPU slots, resolved claims (None: no spec names any), which are
     GPU pods, and the device classes their rules look up (the claims' own lookups, when they have claims)."""
@@ -364,7 +367,7 @@ def _pod_specs(
         for key in target.spec_path:  # (inline: pod_targets found a map there)
             spec = spec[key]
         specs.append(spec)
-        slots.append(gpu.gpu_slots(spec, any_gpu))
+        slots.append(resources.gpu_slots(spec, any_gpu))
         with_claims = with_claims or "resourceClaims" in spec
     if not with_claims:
         return targets, slots, None, slots, policies.device_classes
@@ -383,7 +386,7 @@ def _pod_specs(
 
 def _context(
     policies: PolicySet, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, target: PodTarget,
-    ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: gpu.Slots,
+    ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: resources.Slots,
     claims: claim_gpus.PodClaims | None, device_classes: Mapping[str, DeviceClassInfo],
 ) -> RuleContext:
     # positional: keyword arguments cost as much again on every admission; the
@@ -394,10 +397,10 @@ def _context(
     )
 
 
-def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
+def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: resources.Slots) -> None:
     """One policy's rules on one pod spec."""
     ctx.policy, ctx.is_gpu = plan.policy, plan.is_gpu
-    ctx.slots = gpu.narrow(slots, plan.is_gpu) if plan.narrower else slots
+    ctx.slots = resources.narrow(slots, plan.is_gpu) if plan.narrower else slots
     if plan.dry is not None:
         _run_some_dry(ctx, plan.rules, plan.dry)
         return
@@ -406,7 +409,7 @@ def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: gpu.Slots) -> None:
 
 
 def _claims(
-    request: Request, specs: list[Mapping[str, Any]], slots: list[gpu.Slots], view: ClusterView,
+    request: Request, specs: list[Mapping[str, Any]], slots: list[resources.Slots], view: ClusterView,
     classes: claim_gpus.ClusterClasses,
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""

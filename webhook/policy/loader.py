@@ -14,11 +14,13 @@ import pydantic
 import yaml
 
 from webhook.errors import PolicyError
-from webhook.policy import device_classes, dra, schema, yaml_errors
-from webhook.policy.device_classes import DeviceClassInfo
-from webhook.policy.gpu import DEFAULT_GPU_RESOURCES, ResourceMatcher
+from webhook.gpu import device_classes
+from webhook.kube import dra
+from webhook.policy import schema, yaml_errors
+from webhook.gpu.device_classes import DeviceClassInfo
+from webhook.gpu.resources import DEFAULT_GPU_RESOURCES, ResourceMatcher
 from webhook.policy.match import Classifier, kind_matches
-from webhook.policy.workload import BUILTIN_KINDS, KindPaths, kind_index
+from webhook.kube.workload import BUILTIN_KINDS, KindPaths, kind_index
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(schema.Document)

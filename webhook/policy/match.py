@@ -8,7 +8,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from webhook.policy import schema
-from webhook.policy.patch import as_dict
+from webhook.kube.patch import as_dict
 
 
 def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:

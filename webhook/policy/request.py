@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook.policy.patch import submap
+from webhook.kube.patch import submap
 
 Phase = Literal["mutate", "validate"]
 

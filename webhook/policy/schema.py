@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from webhook.policy import dra_settings, mutation_settings, validation_settings
-from webhook.policy.model import LabelSelector, Mode, Model, RuleBase, SelectorRequirement, ResourceName
+from webhook.policy.settings import dra as dra_settings, mutation as mutation_settings, validation as validation_settings
+from webhook.policy.settings.base import LabelSelector, Mode, Model, RuleBase, SelectorRequirement, ResourceName
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
 

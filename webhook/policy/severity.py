@@ -8,8 +8,8 @@ mode, ``warn`` lowers enforce to warn, ``allow`` reports nothing.
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
-from webhook.policy.model import Mode
-from webhook.policy.validation_settings import ClusterRuleBase, Severity
+from webhook.policy.settings.base import Mode
+from webhook.policy.settings.validation import ClusterRuleBase, Severity
 
 _STRENGTH: dict[str, int] = {"off": 0, "audit": 1, "warn": 2, "enforce": 3}
 

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from webhook.errors import RegistryError
-from webhook.policy.images import ImageConfig, ImageRef
+from webhook.gpu.images import ImageConfig, ImageRef
 from webhook.registry.cache import TTLCache
 from webhook.registry.credentials import Credentials, for_registry
 

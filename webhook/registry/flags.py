@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.policy.images import ImageConfig
+from webhook.gpu.images import ImageConfig
 from webhook.registry.client import Platform
 from webhook.registry.resolver import ResolverSettings, running, unknown_images
 

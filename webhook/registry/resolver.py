@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 
 from webhook.errors import RegistryError
-from webhook.policy import images
-from webhook.policy.images import ImageConfig, ImageRef
+from webhook.gpu import images
+from webhook.gpu.images import ImageConfig, ImageRef
 from webhook.registry.cache import TTLCache
 from webhook.registry.client import Platform, RegistryClient
 from webhook.registry.credentials import Credentials, load_docker_config

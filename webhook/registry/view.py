@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from webhook.policy.images import ImageConfig
-from webhook.policy.nodegroups import NodeGroup
-from webhook.policy.resource_slices import Device
-from webhook.policy.usage import UsageView
-from webhook.policy.view import Availability, ClusterView, Object, Resource
+from webhook.gpu.images import ImageConfig
+from webhook.view.nodegroups import NodeGroup
+from webhook.kube.resource_slices import Device
+from webhook.view.usage import UsageView
+from webhook.view.snapshot import Availability, ClusterView, Object, Resource
 from webhook.registry.resolver import Resolver
 
 

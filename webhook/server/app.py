@@ -15,7 +15,7 @@ from aiohttp import web
 
 from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
-from webhook.policy.view import EMPTY_VIEW, ClusterView
+from webhook.view.snapshot import EMPTY_VIEW, ClusterView
 from webhook.server import evaluation, handlers, keys
 from webhook.server.limits import Limits
 from webhook.registry.resolver import ResolverSettings, running

@@ -22,7 +22,7 @@ from webhook.policy import engine
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.loader import PolicySet
 from webhook.policy.request import Phase
-from webhook.policy.view import ClusterView
+from webhook.view.snapshot import ClusterView
 from webhook.server.limits import Limits
 
 log = logging.getLogger(__name__)

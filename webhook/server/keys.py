@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from webhook.policy.view import ClusterView
+from webhook.view.snapshot import ClusterView
 from webhook.server.limits import Limits
 from webhook.registry.resolver import Resolver
 from webhook.server.metrics import Metrics

@@ -2,9 +2,9 @@
 could land on fails at start ("CUDA driver version is insufficient", or the container
 toolkit's "unsatisfied condition: cuda>=X.Y") after it waited for, and held, a GPU.
 
-validate: infer each GPU container's CUDA (webhook.policy.images), find the
-nodes the pod could land on (webhook.policy.scheduling), read their drivers
-from GFD labels (webhook.policy.cuda) and report when none, or only some,
+validate: infer each GPU container's CUDA (webhook.gpu.images), find the
+nodes the pod could land on (webhook.view.scheduling), read their drivers
+from GFD labels (webhook.gpu.cuda) and report when none, or only some,
 can run it. mutate (``partial: steer``, Pods only): when only some can, AND
 a required node-affinity expression on the driver label into the pod, so it
 lands only where it runs.
@@ -16,12 +16,15 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
-from webhook.policy import affinity, cuda, dra, gpu, gpu_products, images, match, scheduling, severity
-from webhook.policy.workload import field_path
+from webhook.gpu import cuda, images, products, resources
+from webhook.kube import affinity, dra
+from webhook.policy import match, severity
+from webhook.view import scheduling
+from webhook.kube.workload import field_path
 from webhook.policy.context import RuleContext
-from webhook.policy.forward_compat import Branch
-from webhook.policy.patch import pointer
-from webhook.policy.validation_settings import CudaDriverRule
+from webhook.gpu.forward_compat import Branch
+from webhook.kube.patch import pointer
+from webhook.policy.settings.validation import CudaDriverRule
 
 PHASES = ("mutate", "validate")
 
@@ -31,7 +34,7 @@ Node = Mapping[str, Any]
 class _Need(NamedTuple):
     """One GPU container's CUDA and the oldest driver that runs it (a named tuple: one or more per GPU admission)."""
 
-    ref: gpu.ContainerRef
+    ref: resources.ContainerRef
     version: cuda.CudaVersion
     source: str
     driver: cuda.DriverVersion
@@ -106,7 +109,7 @@ _Inference = tuple[images.Inferred | str, cuda.DriverVersion | None, tuple[Branc
 
 
 def _need(
-    ctx: RuleContext, cfg: CudaDriverRule, ref: gpu.ContainerRef, annotations: Mapping[str, str] | None,
+    ctx: RuleContext, cfg: CudaDriverRule, ref: resources.ContainerRef, annotations: Mapping[str, str] | None,
     rules: Sequence[tuple[str, str]],
 ) -> _Need | str:
     """What one container needs, or why that is unknown ("" for an image without CUDA).
@@ -165,7 +168,7 @@ def _sort_nodes(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need]) -
     asks = {n: c for n, c in ctx.extended_gpus().items() if c > 0}
     node_filter = scheduling.NodeFilter(ctx.spec, asks, _implied_tolerations(ctx, cfg), _claimed_devices(ctx))
     result = _Nodes()
-    # one check per kind of node (webhook.policy.nodegroups), however many nodes are alike;
+    # one check per kind of node (webhook.view.nodegroups), however many nodes are alike;
     # nodes without GFD's driver labels answer with the driver their DRA devices report
     for node, count, driver, device_product in node_filter.placements(ctx.view.node_groups()):
         result.counts[id(node)] = count
@@ -211,7 +214,7 @@ def _data_center(cfg: CudaDriverRule, node: Node, device_product: str) -> bool:
     if compat.nodes is not None:
         return match.selector_matches(compat.nodes, labels)
     product = str(labels.get(compat.productLabel) or device_product)
-    return gpu_products.is_data_center(product, tuple(compat.dataCenterProducts))
+    return products.is_data_center(product, tuple(compat.dataCenterProducts))
 
 
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
@@ -306,5 +309,5 @@ def _annotations(ctx: RuleContext) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
 
 
-def _field(ctx: RuleContext, ref: gpu.ContainerRef) -> str:
+def _field(ctx: RuleContext, ref: resources.ContainerRef) -> str:
     return pointer(ctx.spec_path(ref.list_name, ref.index, "image"))

@@ -18,16 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from webhook.policy import claim_gpus, dra, match, mig, resource_slices, severity
+from webhook.gpu import mig
+from webhook.kube import dra, resource_slices
+from webhook.policy import match, severity
+from webhook.view import claim_gpus
 from webhook.policy.context import RuleContext
 from webhook.policy.decision import Decision, Finding
-from webhook.policy.device_classes import DeviceClassInfo
-from webhook.policy.dra_settings import DraClaimsRule
+from webhook.gpu.device_classes import DeviceClassInfo
+from webhook.policy.settings.dra import DraClaimsRule
 from webhook.policy.loader import PolicySet
-from webhook.policy.patch import pointer
+from webhook.kube.patch import pointer
 from webhook.policy.request import Request
-from webhook.policy.validation_settings import Severity
-from webhook.policy.view import ClusterView
+from webhook.policy.settings.validation import Severity
+from webhook.view.snapshot import ClusterView
 
 PHASES = ("validate",)
 RULE = "draClaims"

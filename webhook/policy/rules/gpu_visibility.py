@@ -7,9 +7,9 @@ sees every GPU of the node unless the variable is overridden.
 from __future__ import annotations
 
 
-from webhook.policy import gpu
+from webhook.gpu import resources
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import GpuVisibilityRule
+from webhook.policy.settings.mutation import GpuVisibilityRule
 
 PHASES = ("mutate",)
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
@@ -23,7 +23,7 @@ def run(ctx: RuleContext, cfg: GpuVisibilityRule) -> None:
         init, main = spec.get("initContainers"), spec.get("containers")
         if len(slots) == (len(init) if type(init) is list else 0) + (len(main) if type(main) is list else 0):
             return  # every container requested a GPU
-    for ref in gpu.containers(spec):
+    for ref in resources.containers(spec):
         if ctx.gpu_names(ref):
             continue
         env = ref.container.get("env")

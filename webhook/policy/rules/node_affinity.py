@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy import affinity
+from webhook.kube import affinity
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import NodeAffinityRule, NodeRequirement, PreferredTerm
+from webhook.policy.settings.mutation import NodeAffinityRule, NodeRequirement, PreferredTerm
 
 PHASES = ("mutate",)
 

@@ -10,8 +10,8 @@ idle culling there.
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import NotebookLifetimeRule
-from webhook.policy.patch import sublist
+from webhook.policy.settings.mutation import NotebookLifetimeRule
+from webhook.kube.patch import sublist
 
 PHASES = ("mutate",)
 

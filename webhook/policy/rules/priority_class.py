@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import PriorityClassRule
+from webhook.policy.settings.mutation import PriorityClassRule
 
 PHASES = ("mutate",)
 

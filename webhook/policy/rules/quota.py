@@ -17,12 +17,15 @@ from decimal import Decimal
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import claim_gpus, gpu, match, resourcequota, scheduling, severity
+from webhook.gpu import resources
+from webhook.kube import resourcequota
+from webhook.policy import match, severity
+from webhook.view import claim_gpus, scheduling
 from webhook.policy.context import RuleContext
-from webhook.policy.patch import pointer
-from webhook.policy.validation_settings import QuotaLimit, QuotaRule
-from webhook.policy.usage import Amounts, Share, UsageKey
-from webhook.policy.view import Resource
+from webhook.kube.patch import pointer
+from webhook.policy.settings.validation import QuotaLimit, QuotaRule
+from webhook.view.usage import Amounts, Share, UsageKey
+from webhook.view.snapshot import Resource
 
 PHASES = ("validate",)
 #: every finding ends with what to do; a data scientist can do one of these two
@@ -56,13 +59,13 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
         _check_resource_quotas(ctx, cfg, asks)
 
 
-def _amount(counted: gpu.ResourceMatcher, gpus: Mapping[str, Decimal]) -> Decimal:
+def _amount(counted: resources.ResourceMatcher, gpus: Mapping[str, Decimal]) -> Decimal:
     """GPUs of the counted resources (a cap's name or prefix*) in ``gpus``."""
     return sum((n for name, n in gpus.items() if counted(name)), Decimal(0))
 
 
-def _counted(cap: QuotaLimit) -> gpu.ResourceMatcher:
-    return gpu.ResourceMatcher.of([cap.resource])
+def _counted(cap: QuotaLimit) -> resources.ResourceMatcher:
+    return resources.ResourceMatcher.of([cap.resource])
 
 
 def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | None:
@@ -97,7 +100,7 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         if not availability.known:
             severity.unavailable(ctx, cfg, availability.reason, "GPU quota")
             return
-    # the sums the cluster view keeps per namespace and team (webhook.policy.usage):
+    # the sums the cluster view keeps per namespace and team (webhook.view.usage):
     # one small table per cap, however many pods the cluster runs
     usage = ctx.view.gpu_usage(cfg.modelLabel, sorted({c.teamLabel for c in caps if c.scope == "team"}))
     mine = usage.share(ctx.request.namespace, ctx.request.name) if ctx.request.name else None
@@ -120,7 +123,7 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
 HOLDERS_NAMED = 5
 
 
-def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, counted: gpu.ResourceMatcher,
+def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, counted: resources.ResourceMatcher,
              namespaces: Mapping[str, Amounts], mine: Share | None) -> str:
     """Where a team cap's GPUs are held: "; held in ml-a 6, ml-b 1", the team's namespaces, most first.
 
@@ -147,7 +150,7 @@ def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, count
     return f"; held in {named}" + (f" and {more} more namespace{'s' if more > 1 else ''}" if more > 0 else "")
 
 
-def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMatcher,
+def _held(cap: QuotaLimit, counted: resources.ResourceMatcher, is_gpu: resources.ResourceMatcher,
           amounts: Iterable[tuple[UsageKey, Decimal]]) -> Decimal:
     total = Decimal(0)
     for (priority, models, resource), count in amounts:
@@ -156,7 +159,7 @@ def _held(cap: QuotaLimit, counted: gpu.ResourceMatcher, is_gpu: gpu.ResourceMat
     return total
 
 
-def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, counted: gpu.ResourceMatcher) -> Decimal:
+def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, counted: resources.ResourceMatcher) -> Decimal:
     """Devices of DRA claims held by the pods ``cap`` counts in ``group`` (Pending or Running, not this pod).
 
     The usage sums hold extended resources only: a claim's devices depend on
@@ -167,7 +170,7 @@ def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, coun
 
 
 def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str,
-                          counted: gpu.ResourceMatcher) -> dict[str, Decimal]:
+                          counted: resources.ResourceMatcher) -> dict[str, Decimal]:
     """``_claimed``, per namespace holding some: one pass over the pods that name claims."""
     total: dict[str, Decimal] = {}
     labels_of = _namespace_labels(ctx)

@@ -11,17 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from webhook.policy import gpu, mig, quantity, severity
+from webhook.gpu import mig, resources
+from webhook.kube import quantity
+from webhook.policy import severity
 from webhook.policy.context import RuleContext
-from webhook.policy.patch import pointer
-from webhook.policy.validation_settings import ResourceShapeRule
+from webhook.kube.patch import pointer
+from webhook.policy.settings.validation import ResourceShapeRule
 
 PHASES = ("validate",)
 
 
 def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
     sharing = cfg.sharingSchemes.matcher
-    refs = list(gpu.containers(ctx.spec))
+    refs = list(resources.containers(ctx.spec))
     for ref in refs:
         _check_container(ctx, cfg, ref, sharing)
     annotations = ctx.meta.get("annotations")
@@ -40,12 +42,12 @@ def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
 
 
 def _check_container(
-    ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, sharing: gpu.ResourceMatcher
+    ctx: RuleContext, cfg: ResourceShapeRule, ref: resources.ContainerRef, sharing: resources.ResourceMatcher
 ) -> None:
-    limits, requests = gpu.resource_map(ref.container, "limits"), gpu.resource_map(ref.container, "requests")
+    limits, requests = resources.resource_map(ref.container, "limits"), resources.resource_map(ref.container, "requests")
     named = {n for n in {*limits, *requests} if type(n) is str and (ctx.is_gpu(n) or sharing(n))}
     # a GPU given as zero (a chart's CPU mode: "nvidia.com/gpu: 0") is no request: nothing to check
-    for name in sorted(gpu.held(named, limits, requests) if named else ()):
+    for name in sorted(resources.held(named, limits, requests) if named else ()):
         _check_quantities(ctx, ref, name)
         if sharing(name):
             _check_scheme(ctx, cfg, name, ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources"))
@@ -57,8 +59,8 @@ def _pointer(ctx: RuleContext, *rest: str | int) -> str:
     return pointer(ctx.spec_path(*rest))
 
 
-def _check_quantities(ctx: RuleContext, ref: gpu.ContainerRef, name: str) -> None:
-    raw = {f: gpu.resource_map(ref.container, f).get(name) for f in ("limits", "requests")}
+def _check_quantities(ctx: RuleContext, ref: resources.ContainerRef, name: str) -> None:
+    raw = {f: resources.resource_map(ref.container, f).get(name) for f in ("limits", "requests")}
     values: dict[str, Decimal | None] = {}
     for field, text in raw.items():
         if text is None:
@@ -85,7 +87,7 @@ def _check_quantities(ctx: RuleContext, ref: gpu.ContainerRef, name: str) -> Non
                    _pointer(ctx, ref.list_name, ref.index, "resources", "requests", name))
 
 
-def _check_mig(ctx: RuleContext, cfg: ResourceShapeRule, ref: gpu.ContainerRef, name: str) -> None:
+def _check_mig(ctx: RuleContext, cfg: ResourceShapeRule, ref: resources.ContainerRef, name: str) -> None:
     profile = mig.profile_of(name) or ""
     allowed = [mig.resource_profile(p) for p in cfg.migProfiles]
     where, path = ctx.where(ref, "resources"), _pointer(ctx, ref.list_name, ref.index, "resources")
@@ -110,7 +112,7 @@ def _advertised(ctx: RuleContext, resource: str) -> bool:
 
 def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: str, path: str) -> None:
     schemes = cfg.sharingSchemes
-    if gpu.ResourceMatcher.of(schemes.allowed)(name):
+    if resources.ResourceMatcher.of(schemes.allowed)(name):
         return
     allowed = ", ".join(schemes.allowed) or "none"
     severity.report(ctx, schemes.otherwise,
@@ -118,7 +120,7 @@ def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: st
                     f"(allowed: {allowed}), so the pod would stay Pending: ask for whole GPUs or a MIG device", path)
 
 
-def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[gpu.ContainerRef]) -> None:
+def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[resources.ContainerRef]) -> None:
     holders = [r for r in refs if ctx.gpu_names(r)]
     if not holders or any(not r.is_init for r in holders):
         return

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import RuntimeClassRule
-from webhook.policy.workload import is_windows
+from webhook.policy.settings.mutation import RuntimeClassRule
+from webhook.kube.workload import is_windows
 
 PHASES = ("mutate",)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.policy import gpu
+from webhook.gpu import resources
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import SecurityContextRule
-from webhook.policy.patch import sublist, submap
-from webhook.policy.workload import is_windows
+from webhook.policy.settings.mutation import SecurityContextRule
+from webhook.kube.patch import sublist, submap
+from webhook.kube.workload import is_windows
 
 PHASES = ("mutate",)
 
@@ -33,7 +33,7 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
         _write_whole(ctx, cfg)
         ctx.changed("securityContext")
         return
-    refs = gpu.containers(spec)
+    refs = resources.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
     pod_sc, container_scs = _sc(spec), [_sc(ref.container) for ref in refs]
@@ -46,8 +46,8 @@ def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
 
 
 def _without_contexts(spec: dict[str, Any]) -> bool:
-    """Does no container of the pod spec (as ``gpu.containers`` has them) set a securityContext?"""
-    for list_name in gpu.CONTAINER_LISTS:
+    """Does no container of the pod spec (as ``resources.containers`` has them) set a securityContext?"""
+    for list_name in resources.CONTAINER_LISTS:
         items = spec.get(list_name)
         if type(items) is list:
             for container in items:
@@ -69,7 +69,7 @@ def _write_whole(ctx: RuleContext, cfg: SecurityContextRule) -> None:
     # one value for every container (the builder copies a value before any write into it, and
     # the patch is JSON text to kube-apiserver): one map per pod, not per container
     value = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    for list_name in gpu.CONTAINER_LISTS:  # every container that is a map (as gpu.containers)
+    for list_name in resources.CONTAINER_LISTS:  # every container that is a map (as resources.containers)
         items = spec.get(list_name)
         if type(items) is list:
             for index in range(len(items)):
@@ -134,7 +134,7 @@ def _pod_defaults(
     return ctx.builder.fill((*ctx.target.spec_path, "securityContext"), wanted)
 
 
-def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str, Any], pod_root: bool) -> bool:
+def _container_defaults(ctx: RuleContext, ref: resources.ContainerRef, sc: Mapping[str, Any], pod_root: bool) -> bool:
     if not sc:  # the common case: nothing set, so everything is written as one operation
         container, at = ctx.container_at(ref.list_name, ref.index)
         return ctx.builder.put(
@@ -167,7 +167,7 @@ def _container_defaults(ctx: RuleContext, ref: gpu.ContainerRef, sc: Mapping[str
 _IDENTITY = ("runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy")
 
 
-def _report_violations(ctx: RuleContext, cfg: SecurityContextRule, refs: list[gpu.ContainerRef]) -> None:
+def _report_violations(ctx: RuleContext, cfg: SecurityContextRule, refs: list[resources.ContainerRef]) -> None:
     pod_sc = _sc(ctx.spec)
     if pod_sc.get("runAsUser") == 0:
         ctx.report(f"{ctx.where()}: runs as root (spec.securityContext.runAsUser: 0); use a non-zero UID", "spec.securityContext.runAsUser")

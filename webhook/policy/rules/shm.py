@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from webhook.policy import quantity
+from webhook.kube import quantity
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import ShmRule
-from webhook.policy.patch import as_dict
-from webhook.policy.workload import is_windows
+from webhook.policy.settings.mutation import ShmRule
+from webhook.kube.patch import as_dict
+from webhook.kube.workload import is_windows
 
 PHASES = ("mutate",)
 MOUNT_PATH: Final = "/dev/shm"

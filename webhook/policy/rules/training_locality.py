@@ -10,10 +10,10 @@ a job can schedule even when the term is required.
 
 from __future__ import annotations
 
-from webhook.policy import affinity
+from webhook.kube import affinity
 from webhook.policy.context import RuleContext
-from webhook.policy.mutation_settings import TrainingLocalityRule
-from webhook.policy.patch import submap
+from webhook.policy.settings.mutation import TrainingLocalityRule
+from webhook.kube.patch import submap
 
 PHASES = ("mutate",)
 

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from webhook.policy.gpu import ResourceMatcher
-from webhook.policy.model import Model, Quantity, RuleBase, check_values, quantity_value
+from webhook.gpu.resources import ResourceMatcher
+from webhook.policy.settings.base import Model, Quantity, RuleBase, check_values, quantity_value
 
 
 class NodeRequirement(Model):

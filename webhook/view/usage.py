@@ -9,7 +9,7 @@ every pod of the cluster.
 
 What a pod holds follows the quota rule (``rules/quota.py``): Pending and
 Running pods not being deleted; as many of each extended resource as the
-scheduler counts (``gpu.pod_gpus``); on the GPU model of the node it is
+scheduler counts (``resources.pod_gpus``); on the GPU model of the node it is
 bound to, else the models its node selector and required affinity allow
 (``None``: any). Which resources are GPUs and which caps count them is the
 reader's business: the tables hold every extended resource.
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import gpu, scheduling
-from webhook.policy.nodegroups import is_extended
+from webhook.gpu import resources
+from webhook.view import scheduling
+from webhook.view.nodegroups import is_extended
 
 #: (priority class name, GPU models the pod can be on (None: any), resource name)
 UsageKey = tuple[str, frozenset[str] | None, str]
@@ -32,7 +33,7 @@ PodKey = tuple[str, str]  # (namespace, name)
 _NONE: Amounts = {}
 
 
-class _Extended(gpu.ResourceMatcher):
+class _Extended(resources.ResourceMatcher):
     """Every extended resource: the tables hold them all, readers pick theirs."""
 
     def __call__(self, name: str) -> bool:
@@ -62,7 +63,7 @@ def share_of(pods: Iterable[Mapping[str, Any]], model_of: Callable[[str], str | 
         model = model_of(str(spec.get("nodeName") or ""))
         models = frozenset({model}) if model else scheduling.label_values(spec, model_label)
         priority = str(spec.get("priorityClassName") or "")
-        for resource, count in gpu.pod_gpus(spec, EXTENDED).items():
+        for resource, count in resources.pod_gpus(spec, EXTENDED).items():
             key = (priority, models, resource)
             held[key] = held.get(key, Decimal(0)) + count
     amounts = tuple((k, n) for k, n in held.items() if n)

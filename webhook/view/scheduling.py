@@ -21,8 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from webhook.policy import cuda, dra, nodegroups, quantity
-from webhook.policy.patch import lookup, sublist
+from webhook.gpu import cuda
+from webhook.kube import dra, quantity
+from webhook.view import nodegroups
+from webhook.kube.patch import lookup, sublist
 
 Object = Mapping[str, Any]
 

@@ -5,7 +5,7 @@ can run: a pod whose GPUs come from claims lands only where a driver
 publishes enough devices of their classes, and the GPU driver version the
 devices report (``driverVersion``) stands in for GPU Feature Discovery's
 labels on nodes without them. :class:`SliceIndex` keeps, per node, the
-devices of its node-local slices; :class:`webhook.policy.aggregates.Aggregates`
+devices of its node-local slices; :class:`webhook.view.aggregates.Aggregates`
 puts each node's :class:`NodeDevices` into its node group's key, so a slice
 event regroups one node and an admission reads a few dozen groups, never
 every device of the cluster.
@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy import gpu_products
-from webhook.policy.cuda import DriverVersion
-from webhook.policy.device_classes import GPU_DRIVER
-from webhook.policy.resource_slices import Device, slice_devices
+from webhook.gpu import products
+from webhook.gpu.cuda import DriverVersion
+from webhook.gpu.device_classes import GPU_DRIVER
+from webhook.kube.resource_slices import Device, slice_devices
 
 Object = Mapping[str, Any]
 
@@ -48,7 +48,7 @@ def summarize(devices: Iterable[Device]) -> NodeDevices | None:
     """The devices of one node, summed up; None when there are none."""
     counts: dict[tuple[str, str], int] = {}
     driver: DriverVersion | None = None
-    products: set[str] = set()
+    named: set[str] = set()
     for device in devices:
         kind = device.text("type") or ""
         counts[(device.driver, kind)] = counts.get((device.driver, kind), 0) + 1
@@ -62,9 +62,9 @@ def summarize(devices: Iterable[Device]) -> NodeDevices | None:
             driver = version
         product = device.text("productName")
         if product:
-            products.add(gpu_products.label_value(product))
+            named.add(products.label_value(product))
     # GPUs of several products on one node: none is named (forward compatibility is then not assumed)
-    return NodeDevices(counts, driver, products.pop() if len(products) == 1 else "") if counts else None
+    return NodeDevices(counts, driver, named.pop() if len(named) == 1 else "") if counts else None
 
 
 def _name(obj: Object) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from webhook.policy.device_classes import PROFILE, DeviceClassInfo
-from webhook.policy.model import LabelSelector, Model, ResourceName
-from webhook.policy.validation_settings import ClusterRuleBase, Severity
+from webhook.gpu.device_classes import PROFILE, DeviceClassInfo
+from webhook.policy.settings.base import LabelSelector, Model, ResourceName
+from webhook.policy.settings.validation import ClusterRuleBase, Severity
 
 
 class DeviceClassEntry(Model):

@@ -4,10 +4,10 @@
 object by object (the server's watch threads, one event at a time) or all at
 once (a snapshot, a relist), and keeps:
 
-- the nodes in groups (:mod:`webhook.policy.nodegroups`), for "which kinds
+- the nodes in groups (:mod:`webhook.view.nodegroups`), for "which kinds
   of node could this pod land on, and what drivers do they run", each node
-  with the devices its ResourceSlices publish (:mod:`webhook.policy.node_devices`);
-- the GPUs held per namespace and per team (:mod:`webhook.policy.usage`),
+  with the devices its ResourceSlices publish (:mod:`webhook.view.node_devices`);
+- the GPUs held per namespace and per team (:mod:`webhook.view.usage`),
   for each model label a policy asks about, joined with the node a pod is
   bound to (its GPU model) and its namespace's labels (its team).
 
@@ -19,7 +19,7 @@ Writers hold a lock (several watch threads feed one instance); readers take
 none: every answer is an immutable object published by one assignment.
 
 The server's index (``webhook.cluster``) and the snapshot view of the audit
-CLI and the tests (``webhook.policy.view.SnapshotView``) both use this class,
+CLI and the tests (``webhook.view.snapshot.SnapshotView``) both use this class,
 so both answer alike.
 """
 
@@ -29,10 +29,10 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.policy.node_devices import SliceIndex
-from webhook.policy.resource_slices import Device
-from webhook.policy.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
-from webhook.policy.usage import GpuUsage, PodKey, Share, UsageView, share_of
+from webhook.view.node_devices import SliceIndex
+from webhook.kube.resource_slices import Device
+from webhook.view.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
+from webhook.view.usage import GpuUsage, PodKey, Share, UsageView, share_of
 
 Object = Mapping[str, Any]
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy.patch import sublist
-from webhook.policy import quantity
+from webhook.kube.patch import sublist
+from webhook.kube import quantity
 
 _PREFIXES = ("requests.", "limits.")
 

@@ -4,7 +4,7 @@ Thousands of GPU nodes are a few dozen kinds of node: a pool shares its GPU
 model, driver, taints and allocatable GPUs. Rules that ask "which nodes could
 this pod land on, and what drivers do they run" check each group once.
 
-A group's key is what :class:`webhook.policy.scheduling.NodeFilter` and the
+A group's key is what :class:`webhook.view.scheduling.NodeFilter` and the
 node rules can tell apart, less what differs on every node:
 
 - the labels, except :data:`PER_NODE_LABELS` (hostname, GFD's timestamp...);
@@ -15,7 +15,7 @@ node rules can tell apart, less what differs on every node:
   differ by a few KiB from node to node);
 - the devices DRA drivers publish on it in ResourceSlices, per driver and
   type, and the GPU driver version they report
-  (:class:`webhook.policy.node_devices.NodeDevices`).
+  (:class:`webhook.view.node_devices.NodeDevices`).
 
 A group answers through its ``shape``, a node object made of that key, and
 knows its members by name. A pod whose constraints read what differs per node
@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import cuda, quantity
-from webhook.policy.node_devices import NodeDevices
+from webhook.gpu import cuda
+from webhook.kube import quantity
+from webhook.view.node_devices import NodeDevices
 
 Object = Mapping[str, Any]
 

@@ -6,7 +6,7 @@ node-local devices, its ``nodeName``; each device has typed attributes
 unqualified names belong to the driver's domain (``driverVersion`` is
 ``gpu.nvidia.com/driverVersion``). v1beta1 nests them under ``basic``.
 NVIDIA's GPU driver publishes ``type``, ``productName``, ``driverVersion``,
-``cudaDriverVersion`` … (webhook.policy.device_classes cites the source).
+``cudaDriverVersion`` … (webhook.gpu.device_classes cites the source).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.policy.device_classes import DeviceClassInfo
+from webhook.gpu.device_classes import DeviceClassInfo
 
 if TYPE_CHECKING:  # the view's aggregates read slices through this module
-    from webhook.policy.view import ClusterView
+    from webhook.view.snapshot import ClusterView
 
 @dataclass(frozen=True)
 class Device:
@@ -89,7 +89,7 @@ def largest_node(view: ClusterView, info: DeviceClassInfo) -> tuple[int, str]:
     """(devices, node) of the node publishing the most devices of this class; (0, "") when none does.
 
     Read from the node groups, whose key holds each node's published devices
-    (webhook.policy.node_devices): a lookup per group, not a scan of every
+    (webhook.view.node_devices): a lookup per group, not a scan of every
     device. Without the nodes (a snapshot of ResourceSlices alone) the
     devices are counted per ``nodeName``.
     """

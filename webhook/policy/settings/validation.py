@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from webhook.policy import gpu_products
-from webhook.policy.cuda import CudaVersion, DriverVersion, strict_index
-from webhook.policy.gpu import ResourceMatcher
-from webhook.policy.model import LabelSelector, Model, ResourceName, RuleBase
+from webhook.gpu import products
+from webhook.gpu.cuda import CudaVersion, DriverVersion, strict_index
+from webhook.gpu.resources import ResourceMatcher
+from webhook.policy.settings.base import LabelSelector, Model, ResourceName, RuleBase
 
 #: what a policy wants done about a finding: nothing, a warning, or what the
 #: rule's mode says (a denial in enforce)
@@ -89,7 +89,7 @@ class QuotaRule(ClusterRuleBase):
     """GPU caps per namespace, team, GPU model and priority class, and native ResourceQuotas."""
 
     limits: list[QuotaLimit] = []
-    modelLabel: str = Field(default=gpu_products.PRODUCT_LABEL, min_length=1, description="the node label naming the model")
+    modelLabel: str = Field(default=products.PRODUCT_LABEL, min_length=1, description="the node label naming the model")
     resourceQuotas: bool = Field(default=True, description="also deny what a native ResourceQuota would")
     templates: Literal["ignore", "warn"] = Field(
         default="warn", description="warn when a template's replicas × GPUs alone exceed a cap or a native ResourceQuota"
@@ -122,7 +122,7 @@ class ForwardCompat(Model):
     nodes: LabelSelector | None = Field(
         default=None, description="nodes with data-center GPUs (default: by their GPU product label)"
     )
-    productLabel: str = Field(default=gpu_products.PRODUCT_LABEL, min_length=1, description="the node label naming the GPU")
+    productLabel: str = Field(default=products.PRODUCT_LABEL, min_length=1, description="the node label naming the GPU")
     dataCenterProducts: list[str] = Field(default=[], description="globs of more GPU products to treat as data-center GPUs")
 
 

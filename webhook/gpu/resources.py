@@ -8,8 +8,8 @@ from dataclasses import field as dataclass_field
 from decimal import Decimal
 from typing import Any, Final
 
-from webhook.policy import quantity
-from webhook.policy.patch import as_dict
+from webhook.kube import quantity
+from webhook.kube.patch import as_dict
 
 #: Resource names treated as GPUs unless a policy lists more (FACTS §3).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = (

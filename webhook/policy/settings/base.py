@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from webhook.policy import quantity
+from webhook.kube import quantity
 
 #: enforce: apply (mutations) or deny (validations); warn: allow with an admission
 #: warning; audit: record only (audit reports, metrics); off: do nothing.

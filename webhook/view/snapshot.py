@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from webhook.policy.aggregates import AggregateAnswers, Aggregates
-from webhook.policy.nodegroups import NodeGroup
-from webhook.policy.resource_slices import Device
-from webhook.policy.usage import UsageView
-from webhook.policy.images import ImageConfig
+from webhook.view.aggregates import AggregateAnswers, Aggregates
+from webhook.view.nodegroups import NodeGroup
+from webhook.kube.resource_slices import Device
+from webhook.view.usage import UsageView
+from webhook.gpu.images import ImageConfig
 
 Object = Mapping[str, Any]
 
@@ -87,10 +87,10 @@ class ClusterView(Protocol):
         """The RuntimeClass of that name, or None."""
 
     def node_groups(self) -> Sequence[NodeGroup]:
-        """All nodes, grouped by what the node filter reads (``webhook.policy.nodegroups``)."""
+        """All nodes, grouped by what the node filter reads (``webhook.view.nodegroups``)."""
 
     def gpu_usage(self, model_label: str, team_labels: Iterable[str] = ()) -> UsageView:
-        """GPUs held per namespace, and per team for each team label (``webhook.policy.usage``).
+        """GPUs held per namespace, and per team for each team label (``webhook.view.usage``).
 
         Extended resources only: devices of DRA claims are counted from :meth:`claim_pods`.
         """

@@ -1,6 +1,6 @@
 """The GPUs a pod spec gets through its DRA claims, resolved through the cluster view.
 
-A claim's GPU requests count as extended resources (webhook.policy.device_classes),
+A claim's GPU requests count as extended resources (webhook.gpu.device_classes),
 so every rule keeps speaking of ``nvidia.com/gpu`` and ``nvidia.com/mig-*``:
 a container that uses a GPU claim is a GPU container, and the pod's GPUs
 are its extended resources plus its claims' devices. Devices of one claim
@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.policy import device_classes, dra, gpu, gpu_products, resource_slices
-from webhook.policy.device_classes import DeviceClassInfo
-from webhook.policy.view import ClusterView, Resource
+from webhook.gpu import device_classes, products, resources
+from webhook.kube import dra, resource_slices
+from webhook.gpu.device_classes import DeviceClassInfo
+from webhook.view.snapshot import ClusterView, Resource
 
 #: request name → extended resource → devices
 Counts = dict[str, dict[str, int]]
@@ -50,7 +51,7 @@ class PodClaims:
     #: GPU models (GFD spelling) its GPU requests are confined to; None when one may get any model
     models: frozenset[str] | None = None
     #: per GPU request of its claims, the (device class, devices) it may get, in order (one node
-    #: must hold one choice of them all: webhook.policy.dra.fitting)
+    #: must hold one choice of them all: webhook.kube.dra.fitting)
     alternatives: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     def total(self) -> dict[str, Decimal]:
@@ -65,7 +66,7 @@ class PodClaims:
 
 class ClusterClasses(Mapping[str, DeviceClassInfo]):
     """The policies' GPU device classes, plus the cluster's own classes that select the same devices
-    (webhook.policy.device_classes.derive); looked up in the view when asked, once per name."""
+    (webhook.gpu.device_classes.derive); looked up in the view when asked, once per name."""
 
     def __init__(self, table: Mapping[str, DeviceClassInfo], view: ClusterView) -> None:
         self._table, self._view = table, view
@@ -168,7 +169,7 @@ def request_models(
         if product is None and name in asks:
             pinned = {dra.selected(a, "productName") for a in asks[name].alternatives if a.device_class in classes}
             product = pinned.pop() if len(pinned) == 1 else None
-        found.append(gpu_products.label_value(product) if product else None)
+        found.append(products.label_value(product) if product else None)
     return found
 
 
@@ -229,12 +230,12 @@ def quota_items(requests: list[tuple[tuple[str, int], ...]]) -> dict[str, int]:
     return items
 
 
-def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: gpu.Slots) -> gpu.Slots:
+def container_slots(spec: Mapping[str, Any], claims: PodClaims, slots: resources.Slots) -> resources.Slots:
     """``slots`` plus, for each container using a GPU claim, the extended resources the claim counts as."""
     if not claims.counts:
         return slots
     merged = dict(slots)
-    for ref in gpu.containers(spec):
+    for ref in resources.containers(spec):
         names: set[str] = set()
         for claim, request in dra.container_claims(ref.container):
             for request_name, counts in claims.counts.get(claim, {}).items():

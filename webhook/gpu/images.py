@@ -5,7 +5,7 @@ annotation, the policy's image → CUDA map, the image's own config when a
 registry resolver has read it (``CUDA_VERSION``, ``NVIDIA_REQUIRE_CUDA``),
 then what the name tells: the tag conventions of FACTS.md §4 (``nvidia/cuda``,
 ``pytorch/pytorch``), the release table of widely used images
-(:mod:`webhook.policy.image_table`: NGC frameworks, TensorFlow, TGI, vLLM …),
+(:mod:`webhook.gpu.image_table`: NGC frameworks, TensorFlow, TGI, vLLM …),
 CUDA spelled in the tag (``cuda11.7.1``, ``cu121``, ``-cuda12.4-``), and
 images known to carry no CUDA (``ubuntu``, ``busybox``, ``python`` …).
 Nothing here does I/O: the resolver (``webhook.registry``) runs in the shell.
@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 
-from webhook.policy import forward_compat, image_table
-from webhook.policy.cuda import CudaVersion
-from webhook.policy.forward_compat import Branch
+from webhook.gpu import forward_compat, image_table
+from webhook.gpu.cuda import CudaVersion
+from webhook.gpu.forward_compat import Branch
 
 #: pod annotation stating the CUDA version of every GPU container;
 #: ``<ANNOTATION>.<container name>`` states one container's.

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.policy import mig
+from webhook.gpu import mig
 
 #: the DRA driver of NVIDIA's GPUs (its devices' attribute domain), whose devices report ``driverVersion``
 GPU_DRIVER = "gpu.nvidia.com"

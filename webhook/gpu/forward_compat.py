@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from webhook.policy.cuda import CudaVersion, DriverVersion
+from webhook.gpu.cuda import CudaVersion, DriverVersion
 
 
 @dataclass(frozen=True)

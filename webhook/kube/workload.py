@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.policy.patch import Path, as_dict, lookup
+from webhook.kube.patch import Path, as_dict, lookup
 
 
 def split_pointer(path: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Which CUDA widely used GPU images carry, by release: data, each row with its source.
 
-The rules of :mod:`webhook.policy.images` read tags; these rows say what a
+The rules of :mod:`webhook.gpu.images` read tags; these rows say what a
 tag cannot: the CUDA base an image project builds a release on (its
 Dockerfile at the release tag, or its release notes). A row names the
 repositories (``registry/path``, Docker Hub as ``docker.io/...``), a regular
