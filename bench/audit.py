@@ -42,7 +42,7 @@ from webhook.audit import command, inputs, snapshot  # noqa: E402
 from webhook.audit.judge import judge  # noqa: E402
 from webhook.audit.report import FORMATS, Report  # noqa: E402
 from webhook.policy import loader  # noqa: E402
-from webhook.view.snapshot import ClusterView  # noqa: E402
+from webhook.view.protocol import ClusterView  # noqa: E402
 
 PRODUCTS = [("NVIDIA-A100-SXM4-80GB", "535.104.05"), ("NVIDIA-H100-80GB-HBM3", "550.54.15")]
 IMAGE = "nvcr.io/nvidia/pytorch:24.01-py3"

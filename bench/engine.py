@@ -29,8 +29,8 @@ import yaml
 from webhook import compiled
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
-from webhook.view.snapshot import EMPTY_VIEW, SnapshotView
 from webhook.review import parse_review
+from webhook.view.snapshot import EMPTY_VIEW, SnapshotView
 
 REPO = Path(__file__).resolve().parents[1]
 REVIEW = REPO.parent / "shared/corpus/admissionreviews/kube-apiserver-1.36/000_mutate_create_pods_.json"

@@ -55,9 +55,9 @@ def loop(side: str, file: Path, admissions: int) -> None:
         return
     from webhook import review as reviews
     from webhook.policy.loader import load_directory
-    from webhook.view.snapshot import EMPTY_VIEW
     from webhook.server import evaluation, handlers
     from webhook.server.limits import Limits
+    from webhook.view.snapshot import EMPTY_VIEW
 
     policies, limits = load_directory(REPO / "policies"), Limits()
     _quiet()

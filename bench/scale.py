@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.engine import FALLBACK, REVIEW, _median_seconds, with_quota_caps  # noqa: E402
 from webhook.policy import engine, loader  # noqa: E402
 from webhook.policy.request import Request  # noqa: E402
-from webhook.view.snapshot import SnapshotView  # noqa: E402
 from webhook.review import parse_review  # noqa: E402
+from webhook.view.snapshot import SnapshotView  # noqa: E402
 
 #: (GPU model, driver) pools; the GeForce pool cannot run the training image's CUDA (no forward
 #: compatibility on consumer GPUs), so steering has work

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_node_filter import NEEDS, SPEC, nodes, reference
-from webhook.gpu import cuda, resources as gpu
+from webhook.gpu import cuda
+from webhook.gpu import resources as gpu
 from webhook.view import nodegroups, scheduling
 from webhook.view.aggregates import Aggregates
 from webhook.view.usage import UsageKey

@@ -9,7 +9,6 @@ See tests/cases/README.md for the format.
 from __future__ import annotations
 
 import copy
-
 from dataclasses import replace
 from pathlib import Path
 from typing import Any

@@ -18,7 +18,8 @@ from tests.test_corpus import schema_valid
 from webhook.audit import inputs, snapshot
 from webhook.policy import engine
 from webhook.policy.request import Request
-from webhook.view.snapshot import EMPTY_VIEW, ClusterView
+from webhook.view.protocol import ClusterView
+from webhook.view.snapshot import EMPTY_VIEW
 
 CLUSTER = REPO / "examples" / "cluster"
 #: corpus files that SOURCES.md marks INVALID YAML

@@ -8,10 +8,10 @@ from typing import Any
 
 from tests.support import apply_patch, assert_schema_valid, shipped_policies
 from webhook.kube import affinity
-from webhook.policy import engine
-from webhook.view import scheduling
 from webhook.kube.patch import PatchBuilder
+from webhook.policy import engine
 from webhook.policy.request import Request
+from webhook.view import scheduling
 from webhook.view.snapshot import SnapshotView
 
 CUDA_1263 = "nvidia/cuda:12.6.3-runtime-ubuntu22.04"  # native minimum 560.35.05 (FACTS.md §1)

@@ -8,7 +8,8 @@ from typing import Any
 from tests.support import shipped_policies
 from webhook.policy import engine
 from webhook.policy.request import Request
-from webhook.view.snapshot import Object, SnapshotView
+from webhook.view.protocol import Object
+from webhook.view.snapshot import SnapshotView
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from tests.support import REPO, shipped_policies
-from webhook.policy.settings import dra as ds
 from webhook.gpu.device_classes import DEFAULT_DEVICE_CLASSES
+from webhook.policy.settings import dra as ds
 
 DOC = (REPO / "docs" / "dra.md").read_text(encoding="utf-8")
 

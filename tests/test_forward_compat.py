@@ -29,8 +29,8 @@ import pytest
 
 from tests.support import POLICIES, shipped_policies
 from webhook.gpu import forward_compat, images
-from webhook.policy import engine, loader
 from webhook.gpu.cuda import CudaVersion, DriverVersion
+from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.view.snapshot import SnapshotView
 

@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import corpus_reviews, load_review
 from webhook import logs, review
-from webhook.view.snapshot import SnapshotView
 from webhook.server import keys
+from webhook.view.snapshot import SnapshotView
 
 
 def render(record: logging.LogRecord) -> dict[str, object]:

@@ -9,9 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.view import scheduling
 from webhook.kube.patch import lookup, sublist
-
+from webhook.view import scheduling
 
 # -- the specification: every filter, per node, straight from the pod spec --
 

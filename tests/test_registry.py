@@ -24,11 +24,11 @@ from tests.registry_server import BINARY, HTPASSWD, Pusher, Registry, run_regist
 from tests.support import shipped_policies
 from webhook.policy import engine
 from webhook.policy.request import Request
-from webhook.view.snapshot import SnapshotView
 from webhook.registry.client import RegistryClient
 from webhook.registry.credentials import Credentials, parse_docker_config
 from webhook.registry.resolver import Resolver, ResolverSettings, unknown_images
 from webhook.registry.view import ResolvedView
+from webhook.view.snapshot import SnapshotView
 
 pytestmark = pytest.mark.skipif(
     BINARY is None or HTPASSWD is None,

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 
 from tests.support import apply_patch, assert_schema_valid
 from webhook.gpu import resources as gpu
+from webhook.kube.patch import PatchBuilder
+from webhook.kube.workload import PodTarget
 from webhook.policy import schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.match import Classifier
-from webhook.policy.settings.mutation import SecurityContextRule
-from webhook.kube.patch import PatchBuilder
 from webhook.policy.request import Request
 from webhook.policy.rules import security_context
+from webhook.policy.settings.mutation import SecurityContextRule
 from webhook.view.snapshot import EMPTY_VIEW
-from webhook.kube.workload import PodTarget
 
 POLICY = schema.GPUPolicy.model_validate(
     {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "p"},

@@ -8,11 +8,12 @@ this file imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
 from one of its classes (mypyc refuses an interpreted subclass of a
-compiled class: ``usage.py`` subclasses ``gpu.py``'s matcher). Out of it:
-the modules that build pydantic models (the settings, the loader), and
-those whose classes the cluster index and the tests build on or look
-into: ``view.py`` and ``aggregates.py`` (``ClusterIndex`` is an
-``AggregateAnswers``; tests subclass ``SnapshotView``) and ``request.py``.
+compiled class: ``view/usage.py`` subclasses ``gpu/resources.py``'s
+matcher). Out of it: the modules that build pydantic models (the settings,
+the loader), and those whose classes the cluster index and the tests build
+on or look into: ``view/protocol.py``, ``view/snapshot.py`` and
+``view/aggregates.py`` (``ClusterIndex`` is an ``AggregateAnswers``; tests
+subclass ``SnapshotView``) and ``policy/request.py``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ MODULES = (
     "webhook.policy.decision",
     "webhook.kube.dra",
     "webhook.view.claim_gpus",
+    "webhook.view.device_classes",
+    "webhook.view.devices",
     "webhook.gpu.device_classes",
     "webhook.view.node_devices",
     "webhook.kube.resource_slices",

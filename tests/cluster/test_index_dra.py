@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster.discovery import served_resources
-from webhook.view.snapshot import DRA_RESOURCES, RESOURCES
+from webhook.view.protocol import DRA_RESOURCES, RESOURCES
 
 from . import builders
 from .conftest import MakeIndex

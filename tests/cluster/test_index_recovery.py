@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import Backoff
-from webhook.view.snapshot import KNOWN, Availability
+from webhook.view.protocol import KNOWN, Availability
 
 from . import builders
 from .builders import names as _names

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
 from webhook.cluster import Backoff, ClusterIndex
-from webhook.view.snapshot import KNOWN, RESOURCES
+from webhook.view.protocol import KNOWN, RESOURCES
 
 from . import builders
 from .conftest import FAST, MakeIndex

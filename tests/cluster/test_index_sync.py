@@ -6,7 +6,7 @@ import pytest
 
 from tests.fakeapi import FakeApiServer, iter_requests
 from webhook.cluster import ClusterIndex
-from webhook.view.snapshot import KNOWN, ClusterView
+from webhook.view.protocol import KNOWN, ClusterView
 
 from . import builders
 from .builders import names as _names

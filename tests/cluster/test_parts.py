@@ -10,7 +10,7 @@ from webhook.cluster import Backoff, ResourceState, is_gpu_resource
 from webhook.cluster.kinds import KINDS, shaper
 from webhook.cluster.pods import requests_gpu, trim_pod
 from webhook.cluster.store import Store
-from webhook.view.snapshot import KNOWN, Availability
+from webhook.view.protocol import KNOWN, Availability
 
 from . import builders
 

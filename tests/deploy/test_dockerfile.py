@@ -7,9 +7,8 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
-import pytest
-
 import deploy_tree
+import pytest
 from deploy_tree import REPO
 
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|cc|make|build-essential|python3?-dev|libc6?-dev)\b")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import deploy_tree
 import pytest
 import yaml
-
-import deploy_tree
 from deploy_tree import NAMESPACE
+
 from webhook.kube.workload import BUILTIN_KINDS
 
 BASE = deploy_tree.base()

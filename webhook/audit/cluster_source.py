@@ -16,13 +16,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
-from webhook.cluster import ClusterConfigError, kinds, listing, load_api_client, pods
+from webhook.cluster import ApiClient, ClusterConfigError, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
-from webhook.view.snapshot import RESOURCES, SnapshotView
+from webhook.view.protocol import RESOURCES
+from webhook.view.snapshot import SnapshotView
 
 #: the namespaceSelector of deploy/base/*webhook.yaml
 OPT_IN_LABEL = "gpu-admission.io/enabled"
@@ -34,7 +33,7 @@ _SERVER_FIELDS = ("managedFields", "resourceVersion", "generation", "creationTim
 class Cluster:
     """What was listed: the view, and what running workloads need."""
 
-    api_client: client.ApiClient
+    api_client: ApiClient
     view: SnapshotView
     #: the namespaces whose running workloads are audited
     audited: set[str]
@@ -42,7 +41,7 @@ class Cluster:
     pods: list[dict[str, Any]]
 
 
-def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> client.ApiClient:
+def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> ApiClient:
     try:
         api_client = load_api_client(kubeconfig, context, True if in_cluster else None)
     except ClusterConfigError as exc:
@@ -52,7 +51,7 @@ def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> cl
     return api_client
 
 
-def fetch(api_client: client.ApiClient, page_size: int = listing.PAGE_SIZE, *, all_namespaces: bool = False,
+def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_namespaces: bool = False,
           keep_pods: bool = False) -> Cluster:  # fmt: skip
     """List every resource the policies read and build the view from it.
 

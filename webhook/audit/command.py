@@ -26,9 +26,10 @@ from webhook.audit.progress import Progress
 from webhook.audit.report import FORMATS, Report
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
-from webhook.view.snapshot import RESOURCES, ClusterView, SnapshotView
 from webhook.registry import flags
 from webhook.registry.resolver import ResolverSettings
+from webhook.view.protocol import RESOURCES, ClusterView
+from webhook.view.snapshot import SnapshotView
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED = 0, 1, 2, 3
 

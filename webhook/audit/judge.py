@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.audit.inputs import Document
+from webhook.kube.dra import is_claim
 from webhook.policy import engine, loader, match
 from webhook.policy.decision import Decision, Finding
-from webhook.kube.dra import is_claim
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import dra_claims
-from webhook.view.snapshot import ClusterView
+from webhook.view.protocol import ClusterView
 
 Verdict = Literal["deny", "warn", "mutate", "pass"]
 Status = Literal["pass", "fail", "warn", "error", "skip"]

@@ -21,8 +21,8 @@ from webhook.audit.inputs import MANIFEST_SUFFIXES
 from webhook.audit.yamlload import ManifestLoader
 from webhook.cluster import kinds, pods
 from webhook.errors import ManifestError
-from webhook.view.snapshot import NOT_IN_SNAPSHOT, SnapshotView
 from webhook.policy import yaml_errors
+from webhook.view.snapshot import NOT_IN_SNAPSHOT, SnapshotView
 
 _KIND_OF = {k.kind: k for k in kinds.KINDS.values()}
 

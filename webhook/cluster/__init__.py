@@ -2,19 +2,20 @@
 
 - :func:`load_api_client` finds the API server (kubeconfig, in-cluster, none);
 - :class:`ClusterIndex` lists and watches what the policies need and serves
-  it as a :class:`webhook.view.snapshot.ClusterView`.
+  it as a :class:`webhook.view.protocol.ClusterView`.
 """
 
 from __future__ import annotations
 
 from webhook.cluster.backoff import Backoff
-from webhook.cluster.config import ClusterConfigError, load_api_client
+from webhook.cluster.config import ApiClient, ClusterConfigError, load_api_client
 from webhook.cluster.index import ClusterIndex
 from webhook.cluster.pods import is_gpu_resource
 from webhook.cluster.state import ResourceState
 from webhook.cluster.watch import WatchSettings
 
 __all__ = [
+    "ApiClient",
     "Backoff",
     "ClusterConfigError",
     "ClusterIndex",

@@ -26,6 +26,9 @@ from kubernetes.config.incluster_config import (
 DEFAULT_KUBECONFIG = "~/.kube/config"
 USER_AGENT = "gpu-admission"
 
+#: a connection to the API server; other packages hold it as a handle and reach the API only through this package
+ApiClient = client.ApiClient
+
 
 class ClusterConfigError(Exception):
     """The Kubernetes API client could not be configured."""

@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from webhook.view.snapshot import DRA_RESOURCES, RESOURCES, Resource
+from webhook.view.protocol import DRA_RESOURCES, RESOURCES, Resource
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The live cluster view: an in-memory index kept current by list+watch.
 
-:class:`ClusterIndex` implements :class:`webhook.view.snapshot.ClusterView` for
+:class:`ClusterIndex` implements :class:`webhook.view.protocol.ClusterView` for
 the server. Each watched resource has a thread that lists and watches it
 (:mod:`webhook.cluster.watch`); the read methods only look at the latest
 immutable snapshot, so the admission hot path never waits on I/O, on a lock
@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
@@ -23,9 +23,9 @@ from webhook.cluster.metrics import IndexCollector, Reading
 from webhook.cluster.state import ResourceState
 from webhook.cluster.store import CLUSTER, Listener, Snapshot
 from webhook.cluster.watch import ResourceWatch, WatchSettings
-from webhook.view.aggregates import AggregateAnswers, Aggregates
 from webhook.policy.settings.validation import QuotaLimit, QuotaRule
-from webhook.view.snapshot import RESOURCES, Availability, Object, Resource
+from webhook.view.aggregates import AggregateAnswers, Aggregates
+from webhook.view.protocol import RESOURCES, Availability, Object, Resource
 
 _POLL = 0.02  # seconds between checks in wait_synced() and stop()
 

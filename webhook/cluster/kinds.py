@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from webhook.cluster import pods
-from webhook.view.snapshot import Resource
+from webhook.view.protocol import Resource
 
 Shaper = Callable[[pods.Raw], "pods.Raw | None"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.view.snapshot import KNOWN, Availability, Resource
+from webhook.view.protocol import KNOWN, Availability, Resource
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from immutables import Map
 
-from webhook.view.snapshot import Object
+from webhook.view.protocol import Object
 
 CLUSTER = ""  # the bucket of cluster-scoped objects
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.kube.patch import sublist
 from webhook.kube import quantity
+from webhook.kube.patch import sublist
 
 _PREFIXES = ("requests.", "limits.")
 

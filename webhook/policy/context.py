@@ -7,15 +7,15 @@ from decimal import Decimal
 from typing import Any, Final, Literal
 
 from webhook.gpu import resources
-from webhook.policy import match, schema
-from webhook.view.claim_gpus import ClusterClasses, PodClaims
 from webhook.gpu.device_classes import DeviceClassInfo
-from webhook.policy.decision import Change, Finding
 from webhook.kube.patch import PatchBuilder, lookup
-from webhook.policy.request import Phase, Request
-from webhook.view.snapshot import ClusterView
 from webhook.kube.workload import PodTarget, owner_kinds
-
+from webhook.policy import match, schema
+from webhook.policy.decision import Change, Finding
+from webhook.policy.request import Phase, Request
+from webhook.view.claim_gpus import PodClaims
+from webhook.view.device_classes import ClusterClasses
+from webhook.view.protocol import ClusterView
 
 _new_tuple = tuple.__new__
 _NO_CLASSES = match.Classifier(())

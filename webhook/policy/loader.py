@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from functools import cached_property
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +15,12 @@ import yaml
 
 from webhook.errors import PolicyError
 from webhook.gpu import device_classes
-from webhook.kube import dra
-from webhook.policy import schema, yaml_errors
 from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.gpu.resources import DEFAULT_GPU_RESOURCES, ResourceMatcher
-from webhook.policy.match import Classifier, kind_matches
+from webhook.kube import dra
 from webhook.kube.workload import BUILTIN_KINDS, KindPaths, kind_index
+from webhook.policy import schema, yaml_errors
+from webhook.policy.match import Classifier, kind_matches
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(schema.Document)

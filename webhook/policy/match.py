@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set as AbstractSet
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from webhook.policy import schema
 from webhook.kube.patch import as_dict
+from webhook.policy import schema
 
 
 def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:

@@ -20,8 +20,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from webhook.policy.settings import dra as dra_settings, mutation as mutation_settings, validation as validation_settings
-from webhook.policy.settings.base import LabelSelector, Mode, Model, RuleBase, SelectorRequirement, ResourceName
+from webhook.policy.settings import dra as dra_settings
+from webhook.policy.settings import mutation as mutation_settings
+from webhook.policy.settings import validation as validation_settings
+from webhook.policy.settings.base import LabelSelector, Mode, Model, ResourceName, RuleBase, SelectorRequirement
 
 __all__ = ["LabelSelector", "Mode", "Model", "RuleBase", "SelectorRequirement"]
 

@@ -6,11 +6,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from webhook.gpu.images import ImageConfig
-from webhook.view.nodegroups import NodeGroup
 from webhook.kube.resource_slices import Device
-from webhook.view.usage import UsageView
-from webhook.view.snapshot import Availability, ClusterView, Object, Resource
 from webhook.registry.resolver import Resolver
+from webhook.view.nodegroups import NodeGroup
+from webhook.view.protocol import Availability, ClusterView, Object, Resource
+from webhook.view.usage import UsageView
 
 
 @dataclass(frozen=True)

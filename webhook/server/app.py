@@ -15,14 +15,15 @@ from aiohttp import web
 
 from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
-from webhook.view.snapshot import EMPTY_VIEW, ClusterView
-from webhook.server import evaluation, handlers, keys
-from webhook.server.limits import Limits
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView
+from webhook.server import evaluation, handlers, keys
+from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
+from webhook.view.protocol import ClusterView
+from webhook.view.snapshot import EMPTY_VIEW
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from webhook.policy import engine
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.loader import PolicySet
 from webhook.policy.request import Phase
-from webhook.view.snapshot import ClusterView
 from webhook.server.limits import Limits
+from webhook.view.protocol import ClusterView
 
 log = logging.getLogger(__name__)
 

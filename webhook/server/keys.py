@@ -8,12 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from webhook.view.snapshot import ClusterView
-from webhook.server.limits import Limits
 from webhook.registry.resolver import Resolver
+from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
+from webhook.view.protocol import ClusterView
 
 STORE = web.AppKey("store", PolicyStore)
 METRICS = web.AppKey("metrics", Metrics)

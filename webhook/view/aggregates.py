@@ -29,8 +29,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.view.node_devices import SliceIndex
 from webhook.kube.resource_slices import Device
+from webhook.view.node_devices import SliceIndex
 from webhook.view.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
 from webhook.view.usage import GpuUsage, PodKey, Share, UsageView, share_of
 

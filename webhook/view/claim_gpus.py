@@ -17,15 +17,16 @@ the scheduler takes the first that fits.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.gpu import device_classes, products, resources
-from webhook.kube import dra, resource_slices
+from webhook.gpu import products, resources
 from webhook.gpu.device_classes import DeviceClassInfo
-from webhook.view.snapshot import ClusterView, Resource
+from webhook.kube import dra
+from webhook.view import devices
+from webhook.view.protocol import ClusterView, Resource
 
 #: request name → extended resource → devices
 Counts = dict[str, dict[str, int]]
@@ -62,32 +63,6 @@ class PodClaims:
                 for name, n in counts.items():
                     total[name] = total.get(name, Decimal(0)) + n
         return total
-
-
-class ClusterClasses(Mapping[str, DeviceClassInfo]):
-    """The policies' GPU device classes, plus the cluster's own classes that select the same devices
-    (webhook.gpu.device_classes.derive); looked up in the view when asked, once per name."""
-
-    def __init__(self, table: Mapping[str, DeviceClassInfo], view: ClusterView) -> None:
-        self._table, self._view = table, view
-        self._derived: dict[str, DeviceClassInfo | None] = {}
-
-    def __getitem__(self, name: str) -> DeviceClassInfo:
-        info = self._table.get(name)
-        if info is None:
-            if name not in self._derived:
-                obj = self._view.device_class(name) if self._view.availability("deviceclasses").known else None
-                self._derived[name] = device_classes.derive(obj, self._table) if obj is not None else None
-            info = self._derived[name]
-        if info is None:
-            raise KeyError(name)
-        return info
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._table)
-
-    def __len__(self) -> int:
-        return len(self._table)
 
 
 def resolve(
@@ -165,7 +140,7 @@ def request_models(
     for name in counts:
         product = None
         if name in got and view.availability("resourceslices").known:
-            product = next((d.text("productName") for d in resource_slices.allocated(view, [got[name]])), None)
+            product = next((d.text("productName") for d in devices.allocated(view, [got[name]])), None)
         if product is None and name in asks:
             pinned = {dra.selected(a, "productName") for a in asks[name].alternatives if a.device_class in classes}
             product = pinned.pop() if len(pinned) == 1 else None
@@ -191,7 +166,7 @@ def request_counts(
             info = classes.get(ask.device_class)
             if info is None:
                 continue
-            n = resource_slices.largest_node_count(view, info) if ask.all else ask.count
+            n = devices.largest_node_count(view, info) if ask.all else ask.count
             resource = info.counts_as(dra.selected(ask, "profile"))
             if best is None or n > best[0]:
                 best = (n, resource)

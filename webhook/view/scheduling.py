@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 from webhook.gpu import cuda
 from webhook.kube import dra, quantity
-from webhook.view import nodegroups
 from webhook.kube.patch import lookup, sublist
+from webhook.view import nodegroups
 
 Object = Mapping[str, Any]
 

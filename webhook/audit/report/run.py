@@ -13,7 +13,7 @@ import orjson
 from webhook.audit.inputs import Problem
 from webhook.audit.judge import Outcome, Plan, Result, outcomes
 from webhook.policy.loader import PolicySet
-from webhook.view.snapshot import ClusterView
+from webhook.view.protocol import ClusterView
 
 TOOL = "gpu-admission"
 

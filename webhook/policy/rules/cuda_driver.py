@@ -17,14 +17,14 @@ from fnmatch import fnmatchcase
 from typing import Any, NamedTuple
 
 from webhook.gpu import cuda, images, products, resources
-from webhook.kube import affinity, dra
-from webhook.policy import match, severity
-from webhook.view import scheduling
-from webhook.kube.workload import field_path
-from webhook.policy.context import RuleContext
 from webhook.gpu.forward_compat import Branch
+from webhook.kube import affinity, dra
 from webhook.kube.patch import pointer
+from webhook.kube.workload import field_path
+from webhook.policy import match, severity
+from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import CudaDriverRule
+from webhook.view import scheduling
 
 PHASES = ("mutate", "validate")
 

@@ -19,18 +19,19 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from webhook.gpu import mig
-from webhook.kube import dra, resource_slices
+from webhook.gpu.device_classes import DeviceClassInfo
+from webhook.kube import dra
+from webhook.kube.patch import pointer
 from webhook.policy import match, severity
-from webhook.view import claim_gpus
 from webhook.policy.context import RuleContext
 from webhook.policy.decision import Decision, Finding
-from webhook.gpu.device_classes import DeviceClassInfo
-from webhook.policy.settings.dra import DraClaimsRule
 from webhook.policy.loader import PolicySet
-from webhook.kube.patch import pointer
 from webhook.policy.request import Request
+from webhook.policy.settings.dra import DraClaimsRule
 from webhook.policy.settings.validation import Severity
-from webhook.view.snapshot import ClusterView
+from webhook.view import claim_gpus, devices
+from webhook.view.device_classes import ClusterClasses
+from webhook.view.protocol import ClusterView
 
 PHASES = ("validate",)
 RULE = "draClaims"
@@ -59,7 +60,7 @@ def _check_node_capacity(ctx: RuleContext, alternatives: dra.Alternatives[str]) 
     largest: dict[str, tuple[int, str]] = {}
     for device_class in {c for request in alternatives for c, _ in request}:
         info = ctx.device_classes.get(device_class)
-        largest[device_class] = resource_slices.largest_node(ctx.view, info) if info is not None else (0, "")
+        largest[device_class] = devices.largest_node(ctx.view, info) if info is not None else (0, "")
     # no node publishes any: a driver or an autoscaler may still bring some, so such a class always has room
     if dra.fitting(alternatives, lambda c: largest[c][0] or sys.maxsize) is not None:
         return
@@ -108,7 +109,7 @@ def judge(
                 removed[policy.metadata.name] = {RULE}
                 continue
         claim = _Claim(policy.metadata.name, cfg, request.subject)
-        _check(claim, requests, claim_gpus.ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
+        _check(claim, requests, ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
         findings.extend(claim.findings)
     allowed = not any(f.mode == "enforce" for f in findings)
     warnings = tuple(f.text() for f in findings if f.mode == "warn")

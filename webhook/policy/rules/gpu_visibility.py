@@ -6,7 +6,6 @@ sees every GPU of the node unless the variable is overridden.
 
 from __future__ import annotations
 
-
 from webhook.gpu import resources
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import GpuVisibilityRule

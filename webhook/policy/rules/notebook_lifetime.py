@@ -9,9 +9,9 @@ idle culling there.
 
 from __future__ import annotations
 
+from webhook.kube.patch import sublist
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import NotebookLifetimeRule
-from webhook.kube.patch import sublist
 
 PHASES = ("mutate",)
 

@@ -19,13 +19,13 @@ from typing import Any
 
 from webhook.gpu import resources
 from webhook.kube import resourcequota
-from webhook.policy import match, severity
-from webhook.view import claim_gpus, scheduling
-from webhook.policy.context import RuleContext
 from webhook.kube.patch import pointer
+from webhook.policy import match, severity
+from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import QuotaLimit, QuotaRule
+from webhook.view import claim_gpus, scheduling
+from webhook.view.protocol import Resource
 from webhook.view.usage import Amounts, Share, UsageKey
-from webhook.view.snapshot import Resource
 
 PHASES = ("validate",)
 #: every finding ends with what to do; a data scientist can do one of these two

@@ -13,9 +13,9 @@ from decimal import Decimal
 
 from webhook.gpu import mig, resources
 from webhook.kube import quantity
+from webhook.kube.patch import pointer
 from webhook.policy import severity
 from webhook.policy.context import RuleContext
-from webhook.kube.patch import pointer
 from webhook.policy.settings.validation import ResourceShapeRule
 
 PHASES = ("validate",)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from webhook.kube.workload import is_windows
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import RuntimeClassRule
-from webhook.kube.workload import is_windows
 
 PHASES = ("mutate",)
 

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.gpu import resources
-from webhook.policy.context import RuleContext
-from webhook.policy.settings.mutation import SecurityContextRule
 from webhook.kube.patch import sublist, submap
 from webhook.kube.workload import is_windows
+from webhook.policy.context import RuleContext
+from webhook.policy.settings.mutation import SecurityContextRule
 
 PHASES = ("mutate",)
 

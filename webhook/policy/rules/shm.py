@@ -16,10 +16,10 @@ from decimal import Decimal
 from typing import Any, Final
 
 from webhook.kube import quantity
-from webhook.policy.context import RuleContext
-from webhook.policy.settings.mutation import ShmRule
 from webhook.kube.patch import as_dict
 from webhook.kube.workload import is_windows
+from webhook.policy.context import RuleContext
+from webhook.policy.settings.mutation import ShmRule
 
 PHASES = ("mutate",)
 MOUNT_PATH: Final = "/dev/shm"

@@ -10,9 +10,9 @@ revision repel each other during a rollout.
 from __future__ import annotations
 
 from webhook.kube import affinity
+from webhook.kube.patch import submap
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import SpreadReplicasRule
-from webhook.kube.patch import submap
 
 PHASES = ("mutate",)
 TEMPLATE_META = ("spec", "template", "metadata")

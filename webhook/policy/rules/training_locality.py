@@ -11,9 +11,9 @@ a job can schedule even when the term is required.
 from __future__ import annotations
 
 from webhook.kube import affinity
+from webhook.kube.patch import submap
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import TrainingLocalityRule
-from webhook.kube.patch import submap
 
 PHASES = ("mutate",)
 
