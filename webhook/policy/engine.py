@@ -14,14 +14,14 @@ from types import ModuleType
 from typing import Any
 
 from webhook.gpu import resources
+from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.kube import dra
+from webhook.kube.patch import PatchBuilder
+from webhook.kube.workload import PodTarget, pod_targets
 from webhook.policy import match, schema
-from webhook.view import claim_gpus
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
-from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.policy.loader import PolicySet
-from webhook.kube.patch import PatchBuilder
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -39,8 +39,9 @@ from webhook.policy.rules import (
     tolerations,
     training_locality,
 )
-from webhook.view.snapshot import ClusterView
-from webhook.kube.workload import PodTarget, pod_targets
+from webhook.view import claim_gpus
+from webhook.view.device_classes import ClusterClasses
+from webhook.view.protocol import ClusterView
 
 PROVENANCE_ANNOTATION = "gpu-admission.io/mutated"
 
@@ -180,30 +181,7 @@ class _PolicyPlan:
         return (not self.classes or workload_class in self.classes) and workload_class not in self.excluded_classes
 
 
-class _Plans:
-    """The plans of one kind in one phase, and which of them apply to a pod spec of a given class."""
-
-    __slots__ = ("policies", "by_class", "_applying")
-
-    def __init__(self, policies: tuple[_PolicyPlan, ...]) -> None:
-        self.policies = policies
-        self.by_class = any(p.by_class for p in policies)  # some apply to some workload classes only
-        # (class, GPU pod?) → the plans that apply; classes are the policy set's, so this stays small
-        self._applying: dict[tuple[str, bool], tuple[_PolicyPlan, ...]] = {}
-
-    def applying(self, workload_class: str, gpu_pod: bool) -> tuple[_PolicyPlan, ...]:
-        """The plans for a pod spec of this class (ignored unless ``by_class``), in order; namespaces aside."""
-        key = (workload_class, gpu_pod)
-        found = self._applying.get(key)
-        if found is None:
-            found = self._applying[key] = tuple(
-                p for p in self.policies
-                if (gpu_pod or not p.gpu_only) and (not p.by_class or p.takes(workload_class))
-            )
-        return found
-
-
-def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
+def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
     """The policies that can apply to ``kind`` in ``phase``, with their rules (worked out once)."""
     key = ("plans", group, kind, phase)
     plans = policies.memo.get(key)
@@ -231,7 +209,7 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> _Plans:
                 classes=frozenset(spec.match.workloadClasses),
                 excluded_classes=frozenset(spec.exclude.workloadClasses if spec.exclude is not None else ()),
             ))
-        plans = policies.memo[key] = _Plans(tuple(built))
+        plans = policies.memo[key] = tuple(built)
     return plans
 
 
@@ -239,7 +217,9 @@ def _lifted(policies: PolicySet, request: Request, obj: dict[str, Any]) -> match
     return match.lifted(policies.exceptions, request.group, request.kind, request.namespace, obj)
 
 
-def _lifted_plans(policies: PolicySet, plans: _Plans, lifted: match.Lifted) -> _Plans:
+def _lifted_plans(
+    policies: PolicySet, plans: tuple[_PolicyPlan, ...], lifted: match.Lifted
+) -> tuple[_PolicyPlan, ...]:
     """The plans less the rules exceptions lift for one object (worked out once per plans and lift).
 
     A plan that lost rules starts with a step noting them, so that what was lifted is known
@@ -248,8 +228,8 @@ def _lifted_plans(policies: PolicySet, plans: _Plans, lifted: match.Lifted) -> _
     key = ("lifted", id(plans), frozenset(lifted.items()))  # (plans live as long as the memo: ids stay theirs)
     found = policies.memo.get(key)
     if found is None:
-        found = policies.memo[key] = _Plans(tuple(_without(plan, lifted) for plan in plans.policies))
-    result: _Plans = found
+        found = policies.memo[key] = tuple(_without(plan, lifted) for plan in plans)
+    result: tuple[_PolicyPlan, ...] = found
     return result
 
 
@@ -305,35 +285,22 @@ def _evaluate(
     ns_labels = namespace_labels(view, namespace)
     builder = PatchBuilder(obj, policies.pointers, in_place)
     sink = Findings([], [])
-    # one context per pod spec, carried from policy to policy (its class is worked out once)
-    if len(targets) == 1 and plans.policies:  # a Pod, or a workload with one template: the plans for its class
-        ctx = _context(
-            policies, request, view, phase, plans.policies[0].policy, targets[0], ns_labels, builder, sink, slots[0],
-            claims[0], device_classes,
-        )
-        for plan in plans.applying(ctx.workload_class if plans.by_class else "", bool(gpu_pods[0])):
-            if plan.by_namespace and not match.policy_applies(
-                plan.policy, group, kind, namespace, ns_labels
-            ):
+    # policy by policy, each on every pod spec it applies to; one context per pod spec, made when a
+    # policy first applies to it and carried from policy to policy (its class is worked out once)
+    contexts: list[RuleContext | None] = [None] * len(targets)
+    for plan in plans:
+        if plan.by_namespace and not match.policy_applies(plan.policy, group, kind, namespace, ns_labels):
+            continue
+        for index, target in enumerate(targets):
+            if plan.gpu_only and not gpu_pods[index]:
                 continue
-            _run_plan(ctx, plan, slots[0])
-    else:
-        contexts: list[RuleContext | None] = [None] * len(targets)
-        for plan in plans.policies:
-            if plan.by_namespace and not match.policy_applies(
-                plan.policy, group, kind, namespace, ns_labels
-            ):
-                continue
-            for index, target in enumerate(targets):
-                if plan.gpu_only and not gpu_pods[index]:
-                    continue
-                ctx = contexts[index] or _context(
-                    policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
-                    claims[index], device_classes,
-                )
-                contexts[index] = ctx
-                if not plan.by_class or plan.takes(ctx.workload_class):
-                    _run_plan(ctx, plan, slots[index])
+            ctx = contexts[index] or _context(
+                policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
+                claims[index], device_classes,
+            )
+            contexts[index] = ctx
+            if not plan.by_class or plan.takes(ctx.workload_class):
+                _run_plan(ctx, plan, slots[index])
     summary = _summary(sink.changes) if sink.changes else ""
     if summary and phase == "mutate":
         _record_provenance(builder, summary)
@@ -372,7 +339,7 @@ def _pod_specs(
     if not with_claims:
         return targets, slots, None, slots, policies.device_classes
     # the pod's claims and its rules look DRA device classes up through this one ClusterClasses
-    device_classes = claim_gpus.ClusterClasses(policies.device_classes, view)
+    device_classes = ClusterClasses(policies.device_classes, view)
     claims = _claims(request, specs, slots, view, device_classes)
     gpu_pods: list[Any] = slots
     # a pod spec is a GPU pod when it has slots (a non-empty map), or GPU claims even when
@@ -410,7 +377,7 @@ def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: resources.Slots) -> No
 
 def _claims(
     request: Request, specs: list[Mapping[str, Any]], slots: list[resources.Slots], view: ClusterView,
-    classes: claim_gpus.ClusterClasses,
+    classes: ClusterClasses,
 ) -> list[claim_gpus.PodClaims | None]:
     """Each pod spec's DRA claims, resolved; containers using GPU claims join ``slots`` (in place)."""
     found: list[claim_gpus.PodClaims | None] = [None] * len(specs)
