@@ -37,9 +37,11 @@ registry-tools:
 	      docker-registry apache2-utils >/dev/null; } || \
 	  echo "docker-registry not installed: tests/test_registry.py will skip"
 
-# the suite twice: on the policy core as written (interpreted), and as the image runs it (compiled by mypyc)
+# the suite twice: on the policy core as written (interpreted), and as the image runs it (compiled by mypyc);
+# then the types, and the import contracts of the layers (pyproject.toml, docs/architecture.md)
 test: test-interpreted test-compiled
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports
 
 test-interpreted: $(STAMP) registry-tools
 	$(BIN)/python -m pytest
@@ -82,6 +84,7 @@ e2e: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports
 
 # the engine as the image runs it (compiled), then as written (interpreted)
 bench bench-engine: compiled
