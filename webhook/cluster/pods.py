@@ -3,7 +3,7 @@
 Only pods that request GPU-like extended resources matter to the policies
 (GPU quota usage, placement), and a cluster can run tens of thousands of
 other pods, so the index drops the rest on arrival and keeps the fields the
-:mod:`webhook.view.snapshot` docstring promises and nothing else: a trimmed
+:mod:`webhook.view.protocol` docstring promises and nothing else: a trimmed
 pod is a few hundred bytes instead of the 5-20 KB the API server sends.
 """
 
