@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.audit.support import GPU_POD
 from tests.conftest import Webhook
 from tests.support import POLICIES, REPO
 from tests.test_cases import _load_cases, evaluate_case
@@ -222,29 +223,13 @@ def _check_synopsis(block: Block, _: set[str]) -> None:
     assert re.search(r"-o ([\w|]+)\]", block.text).group(1).split("|") == list(formats)  # type: ignore[union-attr]
 
 
-AUDIT_PODS = """\
-apiVersion: v1
-kind: Pod
-metadata: {name: trainer, namespace: ml-a}
-spec:
-  containers:
-    - name: c
-      image: nvcr.io/nvidia/pytorch:24.05-py3
-      resources: {limits: {nvidia.com/gpu: 1}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: too-new, namespace: ml-a}
-spec:
-  nodeSelector: {pool: old}
-  containers:
-    - name: c
-      image: nvcr.io/nvidia/pytorch:24.05-py3
-      resources: {limits: {nvidia.com/gpu: 1}}
----
-apiVersion: v1
-metadata: {name: [}
-"""
+_NGC_POD = GPU_POD.replace("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "nvcr.io/nvidia/pytorch:24.05-py3")
+#: documents 1, 2 and 3 at lines 1, 10 and 20, as docs/audit.md's report says
+AUDIT_PODS = "---\n".join([
+    _NGC_POD,
+    _NGC_POD.replace("name: trainer", "name: too-new").replace("  containers:", "  nodeSelector: {pool: old}\n  containers:"),
+    "apiVersion: v1\nmetadata: {name: [}\n",
+])
 
 
 def _node(name: str, pool: str, product: str, driver: str) -> dict[str, Any]:
