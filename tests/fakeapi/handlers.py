@@ -45,6 +45,11 @@ class Handlers:
         record = RequestRecord(request.method, request.path, dict(request.query), dict(request.headers))
         request[RECORD] = record
         failure = self._log.receive(record)
+        held = self._log.take_hold(record)
+        if held is not None:
+            held.reached.set()
+            while not held.release.is_set():
+                await asyncio.sleep(0.005)
         try:
             if failure is not None:
                 message = "Internal error occurred: injected failure" if failure == 500 else "injected failure"
