@@ -92,8 +92,8 @@ def assert_schema_valid(obj: dict[str, Any]) -> None:
         clean.pop("status", None)
         _validate(clean, str(obj.get("kind")), strict=True)
         return
-    from webhook.policy.patch import lookup
-    from webhook.policy.workload import pod_targets
+    from webhook.kube.patch import lookup
+    from webhook.kube.workload import pod_targets
 
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     paths = shipped_policies().kinds.get((group, str(obj.get("kind"))))

@@ -11,7 +11,9 @@ Every fenced block is one of:
   new quoted output with no check fails ``test_every_quoted_output_is_checked``). Quoted
   messages are those the engine gives for a golden case (tests/cases/, where
   docs_examples.yaml holds the objects the docs describe);
-- ``yaml``, ``json``, ``python``: parsed; policy documents load; README's answer is the server's.
+- ``yaml``, ``json``, ``python``: parsed; policy documents load; README's answer is the server's;
+- ``text``: a diagram of the code (docs/architecture.md): every module and folder of webhook/ it
+  names exists.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _of(lang: str) -> list[Any]:
 
 
 def test_the_docs_have_blocks_of_every_kind_checked_here() -> None:
-    assert {b.lang for b in BLOCKS} == {"sh", "", "yaml", "json", "python"}, {b.lang for b in BLOCKS}
+    assert {b.lang for b in BLOCKS} == {"sh", "", "yaml", "json", "python", "text"}, {b.lang for b in BLOCKS}
 
 
 # --------------------------------------------------------------------------- commands
@@ -338,6 +340,32 @@ def test_python_compiles_and_its_imports_exist(block: Block) -> None:
     compile(block.text, str(block), "exec")
     for line in re.findall(r"^from webhook\S* import .*$", block.text, re.M):
         exec(line, {})
+
+
+#: a path a diagram names: webhook/cli.py, server/, policy/rules/*.py, audit/report/*
+_CODE_PATH = re.compile(r"(?<![\w/.-])((?:webhook/)?(?:[a-z_]+/)*(?:[a-z_]+\.py|[a-z_]+/\*?(?:\.py)?|\*\.py))(?![\w/])")
+
+
+def named_code_paths(text: str) -> list[str]:
+    """The paths of webhook/ a diagram names, relative to the repository."""
+    return [p if p.startswith("webhook/") else f"webhook/{p}" for p in _CODE_PATH.findall(text)]
+
+
+@pytest.mark.parametrize("block", _of("text"))
+def test_diagrams_name_modules_that_exist(block: Block) -> None:
+    paths = named_code_paths(block.text)
+    assert paths, f"{block}: a diagram that names no module of webhook/"
+    missing = [p for p in paths if not list(REPO.glob(p.rstrip("/")))]
+    assert not missing, f"{block} names what webhook/ does not hold: {missing}"
+
+
+def test_a_diagram_naming_a_moved_module_is_found() -> None:
+    assert named_code_paths("policy/engine.py  view/devices.py, audit/report/* and server/") == [
+        "webhook/policy/engine.py", "webhook/view/devices.py", "webhook/audit/report/*", "webhook/server/"]
+    [block] = [b for b in BLOCKS if b.lang == "text" and "kube/workload.py" in b.text]
+    moved = Block(block.doc, block.line, "text", block.text.replace("kube/workload.py", "policy/workload.py"))
+    with pytest.raises(AssertionError, match="webhook/policy/workload.py"):
+        test_diagrams_name_modules_that_exist(moved)
 
 
 async def test_the_readme_answer_is_the_server_s(webhook: Webhook) -> None:

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import Webhook
 from tests.support import REPO, corpus_reviews, load_review
 from webhook.server.limits import Limits
-from webhook.policy.view import EMPTY_VIEW
+from webhook.view.snapshot import EMPTY_VIEW
 from webhook.server.metrics import REJECT_REASONS, Metrics
 
 
