@@ -193,6 +193,8 @@ def _resolve_images(
 def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:
     if args.diff:
         stdout.write(mutated.diff(report.results))
+        for line in _failures(report):
+            print(line, file=stderr)  # a diff alone does not say why the run fails
     else:
         stdout.write(FORMATS[args.output](report))
     if args.diff or args.output != "text":
@@ -201,3 +203,16 @@ def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[
             print(f"could not audit: {problem.text()}", file=stderr)
     for note in notes:
         print(f"note: {note}", file=stderr)
+
+
+def _failures(report: Report) -> Iterator[str]:
+    """Why each failing object fails: its denials (or, warned with ``--fail-on warn``, its warnings), a line each."""
+    for result in report.results:
+        if not report.failed(result):
+            continue
+        doc = result.document
+        where = f"{doc.source}, document {doc.index}" + (f", line {doc.line}" if doc.line else "")
+        mode, verdict = ("enforce", "denied") if result.denied else ("warn", "warned")
+        for finding in result.findings:
+            if finding.mode == mode and not finding.note:
+                yield f"{verdict}: {result.request.subject} ({where}): {finding.text()}"
