@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -148,7 +149,7 @@ def test_a_document_inside_itself_is_written_with_an_alias(tmp_path: Path, capsy
 def test_diff_of_a_denied_object_says_why_the_run_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # a Deployment whose template asks for half a GPU: nothing to diff (templates are not mutated), exit 1
     half = yaml.safe_load(GPU_POD)
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "half", "namespace": "ml-a"},
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "half", "namespace": "ml-a"},
                   "spec": {"selector": {"matchLabels": {"app": "half"}},
                            "template": {"metadata": {"labels": {"app": "half"}}, "spec": half["spec"]}}}
     deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5"
