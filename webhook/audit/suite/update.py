@@ -136,7 +136,7 @@ def _new(run: TestRun, key: Key, seen: Observed) -> tuple[list[dict[str, Any]], 
     reference = "/".join(key)
     row: dict[str, Any] = {"resources": _flow([reference]), "verdict": seen.verdict}
     files = 0
-    if seen.result.mutation.patch:
+    if seen.result.mutation.patch and not seen.result.denied:  # a denied object is never stored
         kind, namespace, name = key
         row["patchedResource"] = f"patched/{kind.lower()}-{namespace}-{name}.yaml".replace("*", "")
         files = _write_patched(run, row["patchedResource"], seen)
