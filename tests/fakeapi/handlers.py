@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakeapi.patch import apply_patch
+from tests.fakeapi.patch import APPLY, apply_patch
 from tests.fakeapi.query import decode_continue, encode_continue, number
 from tests.fakeapi.request_log import RECORD, RequestLog, RequestRecord
 from tests.fakeapi.resources import TYPES, Obj, ResourceType
@@ -132,6 +132,8 @@ class Handlers:
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                           "status": "Success", "details": details})  # fmt: skip
             if current is None:
+                if request.content_type == APPLY:  # server-side apply creates what is not there
+                    return web.json_response(store.create(rt, body, namespace), status=201)
                 raise not_found(rt, name)
             patched = apply_patch(current, body, request.content_type)
             return web.json_response(store.update(rt, patched, namespace, name))

@@ -105,7 +105,7 @@ def _call(request: Callable[[], Any], what: str) -> dict[str, Any]:
         finally:
             response.release_conn()
     except ApiException as exc:
-        raise ClusterError(f"listing {what}: {_status_text(exc)}") from exc
+        raise ClusterError(f"listing {what}: {status_text(exc)}") from exc
     except urllib3.exceptions.HTTPError as exc:
         raise ClusterError(f"listing {what}: cannot reach the API server ({type(exc).__name__})") from exc
     except ValueError as exc:
@@ -115,7 +115,8 @@ def _call(request: Callable[[], Any], what: str) -> dict[str, Any]:
     return page
 
 
-def _status_text(exc: ApiException) -> str:
+def status_text(exc: ApiException) -> str:
+    """The API server's own message of a failed call, with its HTTP status."""
     try:
         message = json.loads(exc.body or "")["message"]
     except (ValueError, KeyError, TypeError):

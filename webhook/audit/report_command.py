@@ -1,0 +1,138 @@
+"""``gpu-admission report``: what runs in the cluster, judged by the policies, kept as PolicyReports in the cluster.
+
+The workloads of the namespaces the webhooks reach (or all, ``-A``) are read
+as ``audit --cluster`` reads them (every list paginated, pods listed once for
+the view and once more, page by page, to judge them, so that no list is held
+whole) and judged as if created now. Each namespace then gets one
+``wgpolicyk8s.io/v1alpha2`` PolicyReport (``--api openreports``: an
+``openreports.io/v1alpha1`` Report) named ``gpu-admission``, written by
+server-side apply under the field manager ``gpu-admission-report``; the
+results of objects gone or fixed leave with the next write, and the reports
+of namespaces with nothing left to report are deleted.
+
+Exit codes: 0 the reports are written (whatever they say: they are the
+output); 1 the cluster could not be read or a report not written or removed
+(each named on stderr); 2 usage or an invalid policy; 3 an unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import IO, Any
+
+from webhook import collector
+from webhook.audit import cluster_source
+from webhook.audit.judge import Plan, judge, outcomes
+from webhook.audit.ledger import SELECTOR, Ledger
+from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY
+from webhook.errors import ClusterError, PolicyError
+from webhook.policy import loader
+
+EXIT_OK, EXIT_FAILED, EXIT_UNEXPECTED = 0, 1, 3
+APIS = {"wgpolicyk8s": WGPOLICY, "openreports": OPENREPORTS}
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "report", help="judge what runs in the cluster and keep PolicyReports of it there (server-side apply)",
+        description="Write a PolicyReport per namespace of what the policies say of its running workloads.",
+    )  # fmt: skip
+    p.add_argument("--policies", type=Path, default=Path("policies"), help="policy folder (default: policies)")
+    p.add_argument("--api", choices=list(APIS), default="wgpolicyk8s",
+                   help="wgpolicyk8s: wgpolicyk8s.io/v1alpha2 PolicyReports (default); "
+                        "openreports: openreports.io/v1alpha1 Reports")  # fmt: skip
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    p.add_argument("--all-namespaces", "-A", action="store_true", help="every namespace, not only the opted-in ones")
+    p.add_argument("--page-size", type=int, default=500, help="objects per list request (default: 500)")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with collector.fewer_collections():
+            return report(args, sys.stdout, sys.stderr)
+    except PolicyError:
+        raise  # the CLI prints every problem, with file and field, and exits 2
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: unexpected {type(exc).__name__}: {exc}" + ("" if args.debug else " (--debug for the traceback)"),
+              file=sys.stderr)  # fmt: skip
+        return EXIT_UNEXPECTED
+
+
+def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    """Judge, then write every namespace's report and remove the stale ones; failures name what they hit."""
+    from webhook.cluster import custom_objects
+
+    if args.page_size < 1:
+        raise ClusterError("--page-size must be at least 1")
+    policies = loader.load_directory(args.policies)
+    kinds = APIS[args.api]
+    api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
+    try:
+        ledger, notes = _judge(api_client, policies, args)
+        namespaced = custom_objects.CustomResource(*_split(kinds.api_version), kinds.plural, kinds.namespaced, True)
+        cluster = custom_objects.CustomResource(*_split(kinds.api_version), kinds.cluster_plural, kinds.cluster, False)
+        timestamp = int(time.time())
+        written: set[tuple[str | None, str]] = set()
+        failures: list[str] = []
+        counts: Counter[str] = Counter()
+        for namespace in ledger.namespaces():
+            for obj in ledger.reports(namespace, kinds, timestamp):
+                resource = namespaced if namespace else cluster
+                try:
+                    custom_objects.apply(api_client, resource, obj)
+                except ClusterError as exc:
+                    failures.append(str(exc))
+                    continue
+                written.add((namespace or None, obj["metadata"]["name"]))
+                counts.update(obj["summary"])
+        removed = 0
+        for resource in (namespaced, cluster):
+            for key in list(custom_objects.names(api_client, resource, SELECTOR, args.page_size)):
+                if key not in written:
+                    try:
+                        custom_objects.delete(api_client, resource, *key)
+                        removed += 1
+                    except ClusterError as exc:
+                        failures.append(str(exc))
+    finally:
+        api_client.close()
+    for note in notes:
+        print(f"note: {note}", file=stderr)
+    for failure in failures:
+        print(f"error: {failure}", file=stderr)
+    results = ", ".join(f"{status} {counts[status]}" for status in ("pass", "fail", "warn", "error", "skip"))
+    print(f"{len(written)} {kinds.namespaced}(s) written ({ledger.objects} objects; {results}), {removed} removed; "
+          f"{ledger.skipped} objects no rule applies to", file=stdout)  # fmt: skip
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def _judge(api_client: Any, policies: loader.PolicySet, args: argparse.Namespace) -> tuple[Ledger, list[str]]:
+    cluster = cluster_source.fetch(api_client, args.page_size, all_namespaces=args.all_namespaces)
+    ledger, notes = Ledger(), list[str]()
+    plans: dict[tuple[str, str, str], Plan] = {}
+    for document in cluster_source.workloads(cluster, policies, notes, args.page_size):
+        result = judge(policies, cluster.view, document)
+        if result is not None:
+            ledger.add(result, outcomes(policies, cluster.view, result, plans))
+    return ledger, notes
+
+
+def _split(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.partition("/")
+    return group, version
+
