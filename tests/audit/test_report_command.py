@@ -1,5 +1,5 @@
 """gpu-admission report against the fake API server through the real kubernetes client: one PolicyReport per
-namespace by server-side apply, results of objects gone or fixed removed, stale reports deleted."""
+namespace by server-side apply, results of objects gone or fixed removed, stale reports emptied."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     api.add(_deployment("ignored", "going"))
     code, out, err = _report(capsys, kubeconfig)
     assert code == 0, err
-    assert out.startswith("2 PolicyReport(s) written (4 objects; ") and "0 removed; 1 objects no rule applies to" in out, out
+    assert out.startswith("2 PolicyReport(s) written (4 objects; ") and "0 emptied; 1 objects no rule applies to" in out, out
     reports = {r["metadata"]["namespace"]: r for r in api.objects("PolicyReport")}
     assert set(reports) == {"team-a", "team-b"}  # not the namespace not opted in, nor the one being deleted
     assert _failing(reports["team-a"]) == {"Deployment/too-new"} and _failing(reports["team-b"]) == {"Pod/half"}
@@ -104,8 +104,12 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     api.delete("Deployment", "too-new", "team-a")
     api.delete("Deployment", "fine", "team-a")
     code, out, _ = _report(capsys, kubeconfig)
-    assert code == 0 and "1 removed" in out
-    assert [r["metadata"]["namespace"] for r in api.objects("PolicyReport")] == ["team-b"]
+    assert code == 0 and "1 emptied" in out
+    reports = {r["metadata"]["namespace"]: r for r in api.objects("PolicyReport")}
+    assert reports["team-a"]["results"] == [] and set(reports["team-a"]["summary"].values()) == {0}
+    assert reports["team-b"]["results"]
+    code, out, _ = _report(capsys, kubeconfig)  # an empty report is not written again
+    assert code == 0 and "0 emptied" in out
 
 
 def test_openreports_reports_carry_their_source(api: FakeApiServer, kubeconfig: Path,  # noqa: F811

@@ -26,7 +26,7 @@ from webhook.audit.report import policyreport
 from webhook.audit.report.policyreport import ReportKinds
 
 NAME = "gpu-admission"
-#: every report the command writes carries these labels; the ones it no longer writes are deleted by them
+#: every report the command writes carries these labels; by them it finds the ones it no longer writes, to empty them
 LABELS = {**policyreport.MANAGED_BY, "gpu-admission.io/report": "cluster"}
 SELECTOR = ",".join(f"{k}={v}" for k, v in LABELS.items())
 BUDGET = 1_000_000
@@ -72,6 +72,13 @@ class Ledger:
             size += weight
         if chunk:
             yield _report(kinds, namespace, number, chunk)
+
+
+    @staticmethod
+    def emptied(report: dict[str, Any], kinds: ReportKinds) -> dict[str, Any]:
+        """A report of ours no longer written, with its results gone (as an empty namespace's would be)."""
+        meta = report.get("metadata") or {}
+        return policyreport.report_object(kinds, meta.get("namespace") or None, str(meta.get("name")), [], LABELS)
 
 
 def report_name(number: int) -> str:

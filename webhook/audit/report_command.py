@@ -8,10 +8,11 @@ whole) and judged as if created now. Each namespace then gets one
 ``openreports.io/v1alpha1`` Report) named ``gpu-admission``, written by
 server-side apply under the field manager ``gpu-admission-report``; the
 results of objects gone or fixed leave with the next write, and the reports
-of namespaces with nothing left to report are deleted.
+of namespaces with nothing left to report are emptied (no ``delete`` verb is
+needed: a report goes with its namespace).
 
 Exit codes: 0 the reports are written (whatever they say: they are the
-output); 1 the cluster could not be read or a report not written or removed
+output); 1 the cluster could not be read or a report not written
 (each named on stderr); 2 usage or an invalid policy; 3 an unexpected error.
 """
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
-    """Judge, then write every namespace's report and remove the stale ones; failures name what they hit."""
+    """Judge, then write every namespace's report and empty the stale ones; failures name what they hit."""
     from webhook.cluster import custom_objects
 
     if args.page_size < 1:
@@ -100,15 +101,17 @@ def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
                     continue
                 written.add((namespace or None, obj["metadata"]["name"]))
                 counts.update(obj["summary"])
-        removed = 0
+        emptied = 0
         for resource in (namespaced, cluster):
-            for key in list(custom_objects.names(api_client, resource, SELECTOR, args.page_size)):
-                if key not in written:
-                    try:
-                        custom_objects.delete(api_client, resource, *key)
-                        removed += 1
-                    except ClusterError as exc:
-                        failures.append(str(exc))
+            for stale in list(custom_objects.listed(api_client, resource, SELECTOR)):
+                meta = stale.get("metadata") or {}
+                if (meta.get("namespace") or None, meta.get("name")) in written or not stale.get("results"):
+                    continue
+                try:
+                    custom_objects.apply(api_client, resource, ledger.emptied(stale, kinds))
+                    emptied += 1
+                except ClusterError as exc:
+                    failures.append(str(exc))
     finally:
         api_client.close()
     for note in notes:
@@ -116,7 +119,7 @@ def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     for failure in failures:
         print(f"error: {failure}", file=stderr)
     results = ", ".join(f"{status} {counts[status]}" for status in ("pass", "fail", "warn", "error", "skip"))
-    print(f"{len(written)} {kinds.namespaced}(s) written ({ledger.objects} objects; {results}), {removed} removed; "
+    print(f"{len(written)} {kinds.namespaced}(s) written ({ledger.objects} objects; {results}), {emptied} emptied; "
           f"{ledger.skipped} objects no rule applies to", file=stdout)  # fmt: skip
     return EXIT_FAILED if failures else EXIT_OK
 

@@ -1,5 +1,5 @@
-"""Writing custom objects the way a controller owns them: server-side apply under our field manager,
-paginated lists by label, deletes. For ``gpu-admission report`` (the PolicyReports it keeps current).
+"""Writing custom objects the way a controller owns them: server-side apply under our field manager, and
+paginated lists by label. For ``gpu-admission report`` (the PolicyReports it keeps current).
 
 Each call is one request with a timeout; a refusal becomes
 :class:`~webhook.errors.ClusterError` carrying the API server's own message
@@ -60,9 +60,10 @@ def apply(api_client: ApiClient, resource: CustomResource, obj: dict[str, Any]) 
                                                       obj, **options), what)  # fmt: skip
 
 
-def names(api_client: ApiClient, resource: CustomResource, label_selector: str,
-          page_size: int = listing.PAGE_SIZE) -> Iterator[tuple[str | None, str]]:  # fmt: skip
-    """(namespace, name) of every object of ``resource`` the selector matches, in every namespace, page by page."""
+def listed(api_client: ApiClient, resource: CustomResource, label_selector: str,
+           page_size: int = 20) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """Every object of ``resource`` the selector matches, in every namespace, page by page (small pages:
+    a report may weigh a megabyte)."""
     api = client.CustomObjectsApi(api_client)
 
     def lister(**options: Any) -> Any:
@@ -73,9 +74,7 @@ def names(api_client: ApiClient, resource: CustomResource, label_selector: str,
                                               label_selector=label_selector, **options)  # fmt: skip
 
     try:
-        for obj in listing.list_all(lister, f"{resource.kind} objects", page_size):
-            meta = obj.get("metadata") or {}
-            yield (meta.get("namespace") or None), str(meta.get("name", ""))
+        yield from listing.list_all(lister, f"{resource.kind} objects", page_size)
     except ClusterError as exc:
         if "HTTP 404" in str(exc):
             raise ClusterError(f"the cluster serves no {resource.api_version} {resource.kind}: install its CRD "
@@ -83,26 +82,11 @@ def names(api_client: ApiClient, resource: CustomResource, label_selector: str,
         raise
 
 
-def delete(api_client: ApiClient, resource: CustomResource, namespace: str | None, name: str) -> None:
-    """Delete one object; one already gone is no error."""
-    api = client.CustomObjectsApi(api_client)
-    options: dict[str, Any] = {"_preload_content": False, "_request_timeout": listing.TIMEOUT}
-    what = f"deleting {resource.named(namespace, name)}"
-    if namespace is not None:
-        _send(lambda: api.delete_namespaced_custom_object(resource.group, resource.version, namespace,
-                                                          resource.plural, name, **options), what, missing_ok=True)  # fmt: skip
-    else:
-        _send(lambda: api.delete_cluster_custom_object(resource.group, resource.version, resource.plural, name,
-                                                       **options), what, missing_ok=True)  # fmt: skip
-
-
-def _send(request: Any, what: str, *, missing_ok: bool = False) -> None:
+def _send(request: Any, what: str) -> None:
     try:
         response = request()
         response.release_conn()
     except ApiException as exc:
-        if missing_ok and exc.status == 404:
-            return
         raise ClusterError(f"{what}: {listing.status_text(exc)}") from exc
     except urllib3.exceptions.HTTPError as exc:
         raise ClusterError(f"{what}: cannot reach the API server ({type(exc).__name__})") from exc
