@@ -30,7 +30,7 @@ from webhook import collector
 from webhook.audit import cluster_source
 from webhook.audit.judge import Plan, judge, outcomes
 from webhook.audit.ledger import SELECTOR, Ledger
-from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY
+from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY, ReportKinds
 from webhook.errors import ClusterError, PolicyError
 from webhook.policy import loader
 
@@ -76,52 +76,75 @@ def run(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     """Judge, then write every namespace's report and empty the stale ones; failures name what they hit."""
-    from webhook.cluster import custom_objects
-
     if args.page_size < 1:
         raise ClusterError("--page-size must be at least 1")
     policies = loader.load_directory(args.policies)
     kinds = APIS[args.api]
     api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
+    writer = _Writer(api_client, kinds)
     try:
         ledger, notes = _judge(api_client, policies, args)
-        namespaced = custom_objects.CustomResource(*_split(kinds.api_version), kinds.plural, kinds.namespaced, True)
-        cluster = custom_objects.CustomResource(*_split(kinds.api_version), kinds.cluster_plural, kinds.cluster, False)
-        timestamp = int(time.time())
-        written: set[tuple[str | None, str]] = set()
-        failures: list[str] = []
-        counts: Counter[str] = Counter()
-        for namespace in ledger.namespaces():
-            for obj in ledger.reports(namespace, kinds, timestamp):
-                resource = namespaced if namespace else cluster
-                try:
-                    custom_objects.apply(api_client, resource, obj)
-                except ClusterError as exc:
-                    failures.append(str(exc))
-                    continue
-                written.add((namespace or None, obj["metadata"]["name"]))
-                counts.update(obj["summary"])
-        emptied = 0
-        for resource in (namespaced, cluster):
-            for stale in list(custom_objects.listed(api_client, resource, SELECTOR)):
-                meta = stale.get("metadata") or {}
-                if (meta.get("namespace") or None, meta.get("name")) in written or not stale.get("results"):
-                    continue
-                try:
-                    custom_objects.apply(api_client, resource, ledger.emptied(stale, kinds))
-                    emptied += 1
-                except ClusterError as exc:
-                    failures.append(str(exc))
+        writer.write(ledger)
+        writer.empty_stale()
     finally:
         api_client.close()
     for note in notes:
         print(f"note: {note}", file=stderr)
-    for failure in failures:
+    for failure in writer.failures:
         print(f"error: {failure}", file=stderr)
-    results = ", ".join(f"{status} {counts[status]}" for status in ("pass", "fail", "warn", "error", "skip"))
-    print(f"{len(written)} {kinds.namespaced}(s) written ({ledger.objects} objects; {results}), {emptied} emptied; "
-          f"{ledger.skipped} objects no rule applies to", file=stdout)  # fmt: skip
-    return EXIT_FAILED if failures else EXIT_OK
+    results = ", ".join(f"{status} {writer.counts[status]}" for status in ("pass", "fail", "warn", "error", "skip"))
+    print(f"{len(writer.written)} {kinds.namespaced}(s) written ({ledger.objects} objects; {results}), "
+          f"{writer.emptied} emptied; {ledger.skipped} objects no rule applies to", file=stdout)  # fmt: skip
+    return EXIT_FAILED if writer.failures else EXIT_OK
+
+
+class _Writer:
+    """Writes reports one at a time, remembering what it wrote and what it could not."""
+
+    def __init__(self, api_client: Any, kinds: ReportKinds) -> None:
+        from webhook.cluster.custom_objects import CustomResource
+
+        group, _, version = kinds.api_version.partition("/")
+        self.api_client, self.kinds = api_client, kinds
+        self.namespaced = CustomResource(group, version, kinds.plural, kinds.namespaced, True)
+        self.cluster = CustomResource(group, version, kinds.cluster_plural, kinds.cluster, False)
+        self.written: set[tuple[str | None, str]] = set()
+        self.failures: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.emptied = 0
+
+    def write(self, ledger: Ledger) -> None:
+        timestamp = int(time.time())
+        for namespace in ledger.namespaces():
+            for obj in ledger.reports(namespace, self.kinds, timestamp):
+                if self._apply(self.namespaced if namespace else self.cluster, obj):
+                    self.written.add((namespace or None, obj["metadata"]["name"]))
+                    self.counts.update(obj["summary"])
+
+    def empty_stale(self) -> None:
+        """Our reports not written this run (their namespace has nothing left to report) lose their results."""
+        from webhook.cluster import custom_objects
+
+        for resource in (self.namespaced, self.cluster):
+            try:
+                ours = list(custom_objects.listed(self.api_client, resource, SELECTOR))
+            except ClusterError as exc:
+                self.failures.append(str(exc))
+                continue
+            for stale in ours:
+                meta = stale.get("metadata") or {}
+                if (meta.get("namespace") or None, meta.get("name")) not in self.written and stale.get("results"):
+                    self.emptied += self._apply(resource, Ledger.emptied(stale, self.kinds))
+
+    def _apply(self, resource: Any, obj: dict[str, Any]) -> bool:
+        from webhook.cluster import custom_objects
+
+        try:
+            custom_objects.apply(self.api_client, resource, obj)
+        except ClusterError as exc:
+            self.failures.append(str(exc))
+            return False
+        return True
 
 
 def _judge(api_client: Any, policies: loader.PolicySet, args: argparse.Namespace) -> tuple[Ledger, list[str]]:
@@ -134,8 +157,4 @@ def _judge(api_client: Any, policies: loader.PolicySet, args: argparse.Namespace
             ledger.add(result, outcomes(policies, cluster.view, result, plans))
     return ledger, notes
 
-
-def _split(api_version: str) -> tuple[str, str]:
-    group, _, version = api_version.partition("/")
-    return group, version
 
