@@ -75,8 +75,8 @@ def _report(kubeconfig: Path, policies: Path) -> subprocess.CompletedProcess[str
 
 
 def _reports(admin: Kube, namespace: str) -> list[dict[str, Any]]:
-    listed: dict[str, Any] = client.CustomObjectsApi(admin.api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "policyreports")
+    listed = client.CustomObjectsApi(admin.api).list_namespaced_custom_object(GROUP, VERSION, namespace, "policyreports")
+    assert isinstance(listed, dict)
     return list(listed["items"])
 
 
