@@ -21,20 +21,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
 from webhook import collector
-from webhook.audit import cluster_source
+from webhook.audit import cluster_source, connection, crash
 from webhook.audit.judge import Plan, judge, outcomes
 from webhook.audit.ledger import SELECTOR, Ledger
 from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY, ReportKinds
 from webhook.errors import ClusterError, PolicyError
 from webhook.policy import loader
 
-EXIT_OK, EXIT_FAILED, EXIT_UNEXPECTED = 0, 1, 3
+EXIT_OK, EXIT_FAILED = 0, 1
 APIS = {"wgpolicyk8s": WGPOLICY, "openreports": OPENREPORTS}
 
 
@@ -47,11 +46,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--api", choices=list(APIS), default="wgpolicyk8s",
                    help="wgpolicyk8s: wgpolicyk8s.io/v1alpha2 PolicyReports (default); "
                         "openreports: openreports.io/v1alpha1 Reports")  # fmt: skip
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    p.add_argument("--all-namespaces", "-A", action="store_true", help="every namespace, not only the opted-in ones")
-    p.add_argument("--page-size", type=int, default=500, help="objects per list request (default: 500)")
+    connection.add_connection_arguments(p)
     p.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     p.set_defaults(func=run)
     return p
@@ -67,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc}" + ("" if args.debug else " (--debug for the traceback)"),
-              file=sys.stderr)  # fmt: skip
-        return EXIT_UNEXPECTED
+        return crash.report(exc, args.debug)
 
 
 def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from typing import IO, Any
 
 from webhook import collector
+from webhook.audit import crash
 from webhook.audit.suite import files, junit, table, update
 from webhook.audit.suite.testrun import PolicyCache, TestRun, execute
 from webhook.errors import SuiteError
 
-EXIT_OK, EXIT_FAILED, EXIT_BROKEN, EXIT_UNEXPECTED = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_BROKEN = 0, 1, 2
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -43,11 +43,7 @@ def run(args: argparse.Namespace) -> int:
         with collector.fewer_collections():
             return test(args, sys.stdout, sys.stderr)
     except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc}" + ("" if args.debug else " (--debug for the traceback)"),
-              file=sys.stderr)  # fmt: skip
-        return EXIT_UNEXPECTED
+        return crash.report(exc, args.debug)
 
 
 def test(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
