@@ -122,6 +122,14 @@ def test_reports_name_the_non_compliant_and_drop_the_fixed_and_the_deleted(
     assert _failing(a) == set() and _failing(b) == set()
     assert {r["resources"][0]["name"] for r in b["results"]} == {"good-pod"}
     assert {r["resources"][0]["name"] for r in a["results"]} == {"bad", "good"}  # the fixed one passes now
+    # opted out: its report is no longer written, and loses its results (found by their metadata alone)
+    admin.patch({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": second}},
+                {"metadata": {"labels": {OPT_IN: None}}})  # fmt: skip
+    done = _report(reporter, admission.policies)
+    assert done.returncode == 0 and ", 1 emptied;" in done.stdout, done.stdout + done.stderr
+    (b,) = _reports(admin, second)
+    assert b["results"] == [] and b["metadata"]["annotations"]["gpu-admission.io/results"] == "0"
+    assert _failing(_reports(admin, first)[0]) == set() and _reports(admin, first)[0]["results"]
 
 
 def test_a_user_without_the_verbs_cannot_write_reports(admin: Kube, admission: Admission, reporter: Path,

@@ -29,6 +29,8 @@ NAME = "gpu-admission"
 #: every report the command writes carries these labels; by them it finds the ones it no longer writes, to empty them
 LABELS = {**policyreport.MANAGED_BY, "gpu-admission.io/report": "cluster"}
 SELECTOR = ",".join(f"{k}={v}" for k, v in LABELS.items())
+#: how many results a report holds, in its metadata: a run reads only the metadata of the reports it finds
+RESULTS = "gpu-admission.io/results"
 BUDGET = 1_000_000
 
 #: (policy, rule, status, mode, message, phase): an Outcome, as a tuple
@@ -75,10 +77,9 @@ class Ledger:
 
 
     @staticmethod
-    def emptied(report: dict[str, Any], kinds: ReportKinds) -> dict[str, Any]:
-        """A report of ours no longer written, with its results gone (as an empty namespace's would be)."""
-        meta = report.get("metadata") or {}
-        return policyreport.report_object(kinds, meta.get("namespace") or None, str(meta.get("name")), [], LABELS)
+    def emptied(meta: dict[str, Any], kinds: ReportKinds) -> dict[str, Any]:
+        """A report of ours no longer written (its metadata), with its results gone."""
+        return _annotated(policyreport.report_object(kinds, meta.get("namespace") or None, str(meta.get("name")), [], LABELS))
 
 
 def report_name(number: int) -> str:
@@ -86,7 +87,12 @@ def report_name(number: int) -> str:
 
 
 def _report(kinds: ReportKinds, namespace: str, number: int, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return policyreport.report_object(kinds, namespace or None, report_name(number), results, LABELS)
+    return _annotated(policyreport.report_object(kinds, namespace or None, report_name(number), results, LABELS))
+
+
+def _annotated(report: dict[str, Any]) -> dict[str, Any]:
+    report["metadata"]["annotations"] = {RESULTS: str(len(report["results"]))}
+    return report
 
 
 def _entry(compact: _Compact, resource: dict[str, Any], timestamp: int) -> dict[str, Any]:

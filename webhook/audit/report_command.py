@@ -28,7 +28,7 @@ from typing import IO, Any
 from webhook import collector
 from webhook.audit import cluster_source, connection, crash
 from webhook.audit.judge import Plan, judge, outcomes
-from webhook.audit.ledger import SELECTOR, Ledger
+from webhook.audit.ledger import RESULTS, SELECTOR, Ledger
 from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY, ReportKinds
 from webhook.errors import ClusterError, PolicyError
 from webhook.policy import loader
@@ -118,14 +118,14 @@ class _Writer:
 
         for resource in (self.namespaced, self.cluster):
             try:
-                ours = list(custom_objects.listed(self.api_client, resource, SELECTOR))
+                stale = [meta for meta in custom_objects.metadata(self.api_client, resource, SELECTOR)
+                         if (meta.get("namespace") or None, meta.get("name")) not in self.written
+                         and (meta.get("annotations") or {}).get(RESULTS) != "0"]  # fmt: skip
             except ClusterError as exc:
                 self.failures.append(str(exc))
                 continue
-            for stale in ours:
-                meta = stale.get("metadata") or {}
-                if (meta.get("namespace") or None, meta.get("name")) not in self.written and stale.get("results"):
-                    self.emptied += self._apply(resource, Ledger.emptied(stale, self.kinds))
+            for meta in stale:
+                self.emptied += self._apply(resource, Ledger.emptied(meta, self.kinds))
 
     def _apply(self, resource: Any, obj: dict[str, Any]) -> bool:
         from webhook.cluster import custom_objects
