@@ -110,6 +110,9 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     assert reports["team-b"]["results"]
     code, out, _ = _report(capsys, kubeconfig)  # an empty report is not written again
     assert code == 0 and "0 emptied" in out
+    # old reports are found by their metadata: a report may weigh a megabyte
+    listings = [r for r in api.requests(path_contains="/policyreports") if r.method == "GET"]
+    assert listings and all("as=PartialObjectMetadataList" in r.headers["Accept"] for r in listings)
 
 
 def test_openreports_reports_carry_their_source(api: FakeApiServer, kubeconfig: Path,  # noqa: F811

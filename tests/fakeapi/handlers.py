@@ -157,6 +157,12 @@ class Handlers:
         if end < len(items):
             meta["continue"] = encode_continue(rv, keys[end - 1])
             meta["remainingItemCount"] = len(items) - end
+        if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+            # metadata only, as kube-apiserver answers kubectl get and clients that ask for it so
+            partial = [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": item["metadata"]}
+                       for item in items[first:end]]  # fmt: skip
+            return web.json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                      "metadata": meta, "items": partial})  # fmt: skip
         page = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")}
                 for item in items[first:end]]  # fmt: skip
         body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": page}
