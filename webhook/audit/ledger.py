@@ -79,7 +79,8 @@ class Ledger:
     @staticmethod
     def emptied(meta: dict[str, Any], kinds: ReportKinds) -> dict[str, Any]:
         """A report of ours no longer written (its metadata), with its results gone."""
-        return _annotated(policyreport.report_object(kinds, meta.get("namespace") or None, str(meta.get("name")), [], LABELS))
+        namespace, name = meta.get("namespace") or None, str(meta.get("name"))
+        return _annotated(policyreport.report_object(kinds, namespace, name, [], LABELS))
 
 
 def report_name(number: int) -> str:

@@ -28,7 +28,8 @@ class RequestFacts(Model):
     """What kube-apiserver sends along with each object (no rule reads the requesting user)."""
 
     operation: Literal["CREATE", "UPDATE"] = "CREATE"
-    oldResources: list[str] = Field(default=[], description="UPDATE: the objects as stored, matched by kind, namespace, name")
+    oldResources: list[str] = Field(default=[],
+                                    description="UPDATE: the objects as stored, matched by kind, namespace, name")
     namespace: str | None = Field(default=None, description="the namespace of resources that name none (default: default)")
     namespaceLabels: dict[str, dict[str, str]] = Field(default={}, description="namespace → its labels")
 

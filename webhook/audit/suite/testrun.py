@@ -74,7 +74,8 @@ def execute(document: TestDocument, cache: PolicyCache, *, checking: bool = True
     except ManifestError as exc:
         raise SuiteError([f"{label}: spec.clusterState: {exc}"]) from exc
     view = _with_namespaces(view.with_objects(d.obj for d in objects), spec.request.namespaceLabels)
-    old = {_key(d.obj, spec.request.namespace): d.obj for d in _read(document, spec.request.oldResources, "spec.request.oldResources")}
+    stored = _read(document, spec.request.oldResources, "spec.request.oldResources")
+    old = {_key(d.obj, spec.request.namespace): d.obj for d in stored}
     plans: dict[tuple[str, str, str], Plan] = {}
     for doc in objects:
         key = _key(doc.obj, spec.request.namespace)
@@ -94,8 +95,10 @@ def _checks(run: TestRun) -> Iterator[Check]:
         for position, reference in enumerate(expectation.resources):
             where = f"{document.label}: spec.results[{row}].resources[{position}]: {reference}"
             found = run.find(reference)
-            if len(found) != 1:
-                raise SuiteError([f"{where}: {'no such object among the resources' if not found else f'names {len(found)} objects: write Kind/namespace/name'}"])
+            if not found:
+                raise SuiteError([f"{where}: no such object among the resources"])
+            if len(found) > 1:
+                raise SuiteError([f"{where}: names {len(found)} objects: write Kind/namespace/name"])
             observed = found[0][1]
             if observed is None:
                 raise SuiteError([f"{where}: not judged: its kind is no workload kind the policies know"])
@@ -144,7 +147,8 @@ def _with_namespaces(view: SnapshotView, labels: dict[str, dict[str, str]]) -> S
     if not labels:
         return view
     kept = [o for o in view.objects_by_kind.get("Namespace", ()) if (o.get("metadata") or {}).get("name") not in labels]
-    added = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": dict(v)}} for n, v in labels.items()]
+    added = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(values)}}
+             for name, values in labels.items()]  # fmt: skip
     return dataclasses.replace(
         view, objects_by_kind={**view.objects_by_kind, "Namespace": (*kept, *added)}, known=view.known | {"namespaces"}
     )
