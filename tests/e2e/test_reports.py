@@ -164,3 +164,37 @@ def test_a_user_without_the_verbs_cannot_write_reports(admin: Kube, admission: A
     finally:
         for obj in (binding, account, role):
             admin.delete(obj)
+
+
+def test_openreports_reports_are_stored_as_written(admin: Kube, admission: Admission, reporter: Path,
+                                                   namespaces: list[str]) -> None:  # fmt: skip
+    for name in ("openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"):
+        for crd in documents(REPORTS / "crds" / name):
+            admin.ensure(crd)
+    custom = client.CustomObjectsApi(admin.api)
+
+    def served() -> bool:
+        try:
+            custom.list_custom_object_for_all_namespaces("openreports.io", "v1alpha1", "reports")
+            custom.list_cluster_custom_object("openreports.io", "v1alpha1", "clusterreports")
+        except client.exceptions.ApiException:
+            return False
+        return True
+
+    eventually(served, what="the openreports.io Report CRD being served")
+    first = namespaces[0]
+    admin.create(pod("bad-pod", first, INVALID_MIG))
+    admin.patch({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": first}},
+                {"metadata": {"labels": {OPT_IN: "true"}}})  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "webhook", "report", "--api", "openreports", "--kubeconfig",
+                           str(reporter), "--policies", str(admission.policies)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = custom.list_namespaced_custom_object("openreports.io", "v1alpha1", first, "reports")
+    assert isinstance(listed, dict)
+    (report,) = listed["items"]
+    # stored with every field we wrote (a field the schema does not know would have been pruned)
+    assert report["source"] == "gpu-admission" and report["summary"]["fail"] >= 1
+    assert _failing(report) == {"Pod/bad-pod"}
+    assert {"timestamp", "severity", "category", "properties", "scored"} <= set(report["results"][0])
+
