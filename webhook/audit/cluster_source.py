@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
-from webhook.cluster import ApiClient, ClusterConfigError, kinds, listing, load_api_client, pods
+from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
-from webhook.view.protocol import RESOURCES
 from webhook.view.snapshot import SnapshotView
 
 #: the namespaceSelector of deploy/base/*webhook.yaml
@@ -65,7 +64,8 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
     labels: dict[str, dict[str, str]] = {}  # of the namespaces not being deleted
     audited: set[str] = set()
     kept: list[dict[str, Any]] = []
-    for resource in RESOURCES:
+    served = discovery.served_resources(api_client)  # resource.k8s.io/v1 from Kubernetes 1.34 only
+    for resource in served:
         kind = kinds.KINDS[resource]
         shape = kinds.shaper(kind, pods.is_gpu_resource)
         if resource == "pods":
@@ -80,7 +80,8 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
             shaped = shape(obj)
             if shaped is not None:
                 objects.append(shaped)
-    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), audited, kept, keep_pods)
+    view = SnapshotView.from_objects(objects, known=served, unknown_reason="{resource}: not served by this cluster")
+    return Cluster(api_client, view, audited, kept, keep_pods)
 
 
 def _audited(labels: dict[str, dict[str, str]], all_namespaces: bool) -> set[str]:

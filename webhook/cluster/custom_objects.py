@@ -92,7 +92,11 @@ def metadata(api_client: ApiClient, resource: CustomResource, label_selector: st
 def _send(request: Any, what: str) -> None:
     try:
         response = request()
-        response.release_conn()
+        try:
+            # read to the end: a connection back in the pool with its answer unread breaks the next request
+            response.drain_conn()
+        finally:
+            response.release_conn()
     except ApiException as exc:
         raise ClusterError(f"{what}: {listing.status_text(exc)}") from exc
     except urllib3.exceptions.HTTPError as exc:
