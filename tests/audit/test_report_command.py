@@ -90,6 +90,8 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     # pods are listed page by page for the view and again to judge them: never one whole list
     pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch]
     assert all(r.query["limit"] == "2" for r in pod_lists) and sum("continue" not in r.query for r in pod_lists) == 2
+    # the fake, like kube-apiserver before 1.34, serves no resource.k8s.io/v1: asked, and not listed
+    assert api.requests(path_contains="/apis/resource.k8s.io/v1") and not api.requests(path_contains="/deviceclasses")
 
     # one fixed, one deleted; team-a's only workloads gone too, and a stale report of ours left over
     fixed = _deployment("too-new", "team-a", image=GOOD_IMAGE)
