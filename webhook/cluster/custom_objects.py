@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster import listing
 from webhook.cluster.config import ApiClient
@@ -54,10 +52,10 @@ def apply(api_client: ApiClient, resource: CustomResource, obj: dict[str, Any]) 
     }  # fmt: skip
     what = f"writing {resource.named(meta.get('namespace'), meta['name'])}"
     if resource.namespaced:
-        _send(lambda: api.patch_namespaced_custom_object(resource.group, resource.version, meta["namespace"],
+        listing.answer(lambda: api.patch_namespaced_custom_object(resource.group, resource.version, meta["namespace"],
                                                          resource.plural, meta["name"], obj, **options), what)  # fmt: skip
     else:
-        _send(lambda: api.patch_cluster_custom_object(resource.group, resource.version, resource.plural, meta["name"],
+        listing.answer(lambda: api.patch_cluster_custom_object(resource.group, resource.version, resource.plural, meta["name"],
                                                       obj, **options), what)  # fmt: skip
 
 
@@ -87,17 +85,3 @@ def metadata(api_client: ApiClient, resource: CustomResource, label_selector: st
             raise ClusterError(f"the cluster serves no {resource.api_version} {resource.kind}: install its CRD "
                                "(deploy/reports/crds/, or Kyverno's or Policy Reporter's)") from exc  # fmt: skip
         raise
-
-
-def _send(request: Any, what: str) -> None:
-    try:
-        response = request()
-        try:
-            # read to the end: a connection back in the pool with its answer unread breaks the next request
-            response.drain_conn()
-        finally:
-            response.release_conn()
-    except ApiException as exc:
-        raise ClusterError(f"{what}: {listing.status_text(exc)}") from exc
-    except urllib3.exceptions.HTTPError as exc:
-        raise ClusterError(f"{what}: cannot reach the API server ({type(exc).__name__})") from exc
