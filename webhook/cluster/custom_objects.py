@@ -52,11 +52,11 @@ def apply(api_client: ApiClient, resource: CustomResource, obj: dict[str, Any]) 
     }  # fmt: skip
     what = f"writing {resource.named(meta.get('namespace'), meta['name'])}"
     if resource.namespaced:
-        listing.answer(lambda: api.patch_namespaced_custom_object(resource.group, resource.version, meta["namespace"],
-                                                         resource.plural, meta["name"], obj, **options), what)  # fmt: skip
+        listing.answer(lambda: api.patch_namespaced_custom_object(
+            resource.group, resource.version, meta["namespace"], resource.plural, meta["name"], obj, **options), what)
     else:
-        listing.answer(lambda: api.patch_cluster_custom_object(resource.group, resource.version, resource.plural, meta["name"],
-                                                      obj, **options), what)  # fmt: skip
+        listing.answer(lambda: api.patch_cluster_custom_object(
+            resource.group, resource.version, resource.plural, meta["name"], obj, **options), what)
 
 
 def metadata(api_client: ApiClient, resource: CustomResource, label_selector: str,
