@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server bench-instructions soak registry-tools kubectl
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-scale bench-index bench-server bench-instructions soak registry-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,10 @@ bench bench-engine: compiled
 
 bench-audit: $(STAMP)
 	$(BIN)/python bench/audit.py
+
+# gpu-admission report over 5,000 nodes / 100,000 pods from the fake API server: time and peak memory
+bench-report: $(STAMP)
+	$(BIN)/python bench/report.py
 
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py

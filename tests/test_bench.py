@@ -90,3 +90,16 @@ def test_bench_instructions_counts_an_admission_and_the_null_webhooks_work() -> 
     assert ours > 10_000 and null > 10_000, result.stdout
     assert abs(ours / null - float(found.group(3))) < 0.011, result.stdout
     assert re.search(r"^admissions 3 - 1 per count; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout
+
+
+def test_bench_report_writes_reports_from_the_fake_and_prints_time_and_memory() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/report.py", "--nodes", "20", "--pods", "400"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )
+    out = result.stdout
+    for name in ("report (first run)", "report (second run)", "audit --cluster -o json (baseline)"):
+        assert re.search(rf"^{re.escape(name)}\s+wall\s+[\d.]+ s  CPU\s+[\d.]+ s  peak RSS\s+\d+ MB  exit \d$", out, re.M), out
+    written = re.search(r"^report: (\d+) PolicyReport\(s\) written \((\d+) objects;", out, re.M)
+    assert written and int(written.group(1)) > 0 and int(written.group(2)) > 0, out
+    assert re.search(r"^ratio report / audit: wall [\d.]+x, CPU [\d.]+x, peak RSS [\d.]+x$", out, re.M), out

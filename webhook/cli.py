@@ -51,8 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     _certs_parser(sub)
     _policies_parser(sub)
     from webhook import audit
+    from webhook.audit import report_command, suite
 
     audit.add_parser(sub)
+    suite.add_parser(sub)
+    report_command.add_parser(sub)
     return parser
 
 

@@ -19,6 +19,8 @@ What it reproduces, after the API conventions
   on, synthetic ADDED events when it is unset or "0", ``timeoutSeconds``,
   BOOKMARK events (``allowWatchBookmarks``), ERROR events with a 410
   ``Expired`` Status once the history was compacted;
+- lists of metadata alone (``PartialObjectMetadataList``) when the Accept
+  header asks for them;
 - Status objects for 404/409/410/422/500 as kube-apiserver writes them.
 
 Simplifications: label selectors are equality based, strategic merge patch

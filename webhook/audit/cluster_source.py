@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
-from webhook.cluster import ApiClient, ClusterConfigError, kinds, listing, load_api_client, pods
+from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
-from webhook.view.protocol import RESOURCES
 from webhook.view.snapshot import SnapshotView
 
 #: the namespaceSelector of deploy/base/*webhook.yaml
@@ -39,6 +38,8 @@ class Cluster:
     audited: set[str]
     #: their pods, as listed (with ``keep_pods``)
     pods: list[dict[str, Any]]
+    #: whether ``pods`` holds them (else they are listed again, page by page, when audited)
+    kept_pods: bool = True
 
 
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> ApiClient:
@@ -60,10 +61,11 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
     running workloads does not list every pod of the cluster a second time.
     """
     objects: list[dict[str, Any]] = []
-    labels: dict[str, dict[str, str]] = {}
+    labels: dict[str, dict[str, str]] = {}  # of the namespaces not being deleted
     audited: set[str] = set()
     kept: list[dict[str, Any]] = []
-    for resource in RESOURCES:
+    served = discovery.served_resources(api_client)  # resource.k8s.io/v1 from Kubernetes 1.34 only
+    for resource in served:
         kind = kinds.KINDS[resource]
         shape = kinds.shaper(kind, pods.is_gpu_resource)
         if resource == "pods":
@@ -71,13 +73,15 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
         for obj in listing.list_all(kind.lister(api_client), resource, page_size):
             meta = obj.get("metadata") or {}
             if resource == "namespaces":
-                labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+                if (obj.get("status") or {}).get("phase") != "Terminating":  # nothing new may be written there
+                    labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
             elif keep_pods and resource == "pods" and meta.get("namespace") in audited:
                 kept.append(obj)  # the shaper below builds a new dict and leaves this one whole
             shaped = shape(obj)
             if shaped is not None:
                 objects.append(shaped)
-    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), audited, kept)
+    view = SnapshotView.from_objects(objects, known=served, unknown_reason="{resource}: not served by this cluster")
+    return Cluster(api_client, view, audited, kept, keep_pods)
 
 
 def _audited(labels: dict[str, dict[str, str]], all_namespaces: bool) -> set[str]:
@@ -94,7 +98,7 @@ def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size
     """The objects of every workload kind the policies know, in the audited namespaces, cleaned of server fields."""
     counters: dict[str, int] = {}
     for group, kind in sorted(policies.kinds):
-        if (group, kind) == ("", "Pod"):
+        if (group, kind) == ("", "Pod") and cluster.kept_pods:
             listed: Iterable[dict[str, Any]] = cluster.pods
         else:
             lister = listing.workload_lister(cluster.api_client, group, kind)
