@@ -41,6 +41,7 @@ from tests.conftest import Webhook
 from tests.support import POLICIES, REPO
 from tests.test_cases import _load_cases, evaluate_case
 from webhook import cli
+from webhook.audit.suite.schema import GPUAdmissionTest
 from webhook.policy import loader
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -215,14 +216,58 @@ def _check_messages(block: Block, said: set[str]) -> None:
 
 
 def _check_synopsis(block: Block, _: set[str]) -> None:
-    """docs/audit.md's synopsis: its options are audit's, and so are its output formats."""
+    """A command's synopsis (audit, test, report): its options are the command's, and so are its output formats."""
     [commands] = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    audit = commands.choices["audit"]
-    options = {o for action in audit._actions for o in action.option_strings}
+    command = commands.choices[block.text.split()[1]]
+    options = {o for action in command._actions for o in action.option_strings}
     shown = set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", block.text))
-    assert shown <= options, f"{block}: not options of audit: {shown - options}"
-    formats = next(a for a in audit._actions if "-o" in a.option_strings).choices
-    assert re.search(r"-o ([\w|]+)\]", block.text).group(1).split("|") == list(formats)  # type: ignore[union-attr]
+    assert shown <= options, f"{block}: not options of {block.text.split()[1]}: {shown - options}"
+    for flag, values in re.findall(r"(-o|--api) ([\w|]+)\]", block.text):
+        choices = next(a for a in command._actions if flag in a.option_strings).choices
+        assert values.split("|") == list(choices), f"{block}: {flag} takes {list(choices)}"  # type: ignore[arg-type]
+
+
+SUITE = POLICIES / ".tests"
+
+
+def _check_test_diff(block: Block, _: set[str], tmp_path: Path) -> None:
+    """docs/testing.md's patched-resource difference: the suite's trainer pod expected with two fields wrong."""
+    expected = yaml.safe_load((SUITE / "mutations" / "patched" / "pod-ml-a-trainer.yaml").read_text())
+    expected["spec"]["securityContext"]["runAsUser"] = 1001
+    [shm] = [v for v in expected["spec"]["volumes"] if v["name"] == "gpu-admission-shm"]
+    shm["emptyDir"]["sizeLimit"] = "2Gi"
+    (tmp_path / "patched").mkdir()
+    (tmp_path / "patched" / "pod-ml-a-trainer.yaml").write_text(yaml.safe_dump(expected))
+    _write_suite_test(tmp_path, "t", SUITE / "mutations" / "pods.yaml",
+                      [{"resources": ["Pod/ml-a/trainer"], "verdict": "mutate",
+                        "patchedResource": "patched/pod-ml-a-trainer.yaml"}])  # fmt: skip
+    done = _run_test(tmp_path, ".")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert block.text in done.stdout, f"{block}: the command printed\n{done.stdout}"
+
+
+def _check_test_table(block: Block, _: set[str], tmp_path: Path) -> None:
+    """docs/testing.md's table: a wrong verdict and a right one on the suite's validation workloads."""
+    _write_suite_test(tmp_path / "validations", "example", SUITE / "validations" / "workloads.yaml", [
+        {"resources": ["Deployment/ml-a/half-gpu"], "policy": "gpu-validations", "rule": "resourceShape", "verdict": "pass"},
+        {"resources": ["Deployment/ml-c/well-formed"], "verdict": "pass"},
+    ])  # fmt: skip
+    done = _run_test(tmp_path, "validations")
+    assert done.returncode == 1, done.stdout + done.stderr
+    _same_lines(block, done.stdout)
+
+
+def _write_suite_test(folder: Path, name: str, resources: Path, results: list[dict[str, Any]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    document = {"apiVersion": "gpu-admission.io/v1alpha1", "kind": "GPUAdmissionTest", "metadata": {"name": name},
+                "spec": {"policies": [str(POLICIES)], "resources": [str(resources)],
+                         "clusterState": [str(SUITE / "cluster")], "results": results}}  # fmt: skip
+    (folder / "gpu-admission-test.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def _run_test(cwd: Path, *paths: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webhook", "test", *paths], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
 
 
 _NGC_POD = GPU_POD.replace("pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", "nvcr.io/nvidia/pytorch:24.05-py3")
@@ -285,6 +330,10 @@ OUTPUTS: dict[tuple[str, str], Callable[..., None]] = {
     ("docs/validations.md", "namespace ml-a uses 6 of 8 requests."): _check_messages,
     ("docs/validations.md", "Deployment quota-a/d spec.template: "): _check_messages,
     ("docs/audit.md", "gpu-admission audit [PATH…]"): _check_synopsis,
+    ("docs/testing.md", "gpu-admission test PATH…"): _check_synopsis,
+    ("docs/reports.md", "gpu-admission report [--policies"): _check_synopsis,
+    ("docs/testing.md", "  #1 Pod ml-a/trainer: patched resource differs"): _check_test_diff,
+    ("docs/testing.md", "Loading test validations/"): _check_test_table,
     ("docs/audit.md", "MUTATE  Pod ml-a/trainer"): _check_audit_text,
     ("docs/policies.md", "gpu-defaults.yaml: document 1 "): _check_policies_check,
 }
@@ -307,7 +356,7 @@ def test_every_quoted_output_is_checked() -> None:
 def test_quoted_outputs_are_what_the_code_prints(block: Block, engine_messages: set[str], tmp_path: Path) -> None:
     check = _check_of(block)
     assert check is not None
-    if check in (_check_audit_text, _check_policies_check):
+    if check in (_check_audit_text, _check_policies_check, _check_test_diff, _check_test_table):
         check(block, engine_messages, tmp_path)
     else:
         check(block, engine_messages)
@@ -326,7 +375,11 @@ def test_a_misquoted_message_is_found(engine_messages: set[str]) -> None:
 @pytest.mark.parametrize("block", _of("yaml"))
 def test_yaml_parses_and_policies_load(block: Block) -> None:
     documents = list(yaml.safe_load_all(block.text))
-    policies = [d for d in documents if str(d.get("apiVersion", "")).startswith("gpu-admission.io/")]
+    # a test file of `gpu-admission test` (docs/testing.md) is read as one: every field it shows is one of ours
+    for test in [d for d in documents if d.get("kind") == "GPUAdmissionTest"]:
+        GPUAdmissionTest.model_validate(test)
+    policies = [d for d in documents
+                if str(d.get("apiVersion", "")).startswith("gpu-admission.io/") and d.get("kind") != "GPUAdmissionTest"]
     if policies and "{...}" not in block.text:  # (a sketch of every field is no policy)
         # among the shipped ones, in place of any of the same kind and name (what it names must exist)
         names = {(d["kind"], d["metadata"]["name"]) for d in policies}
