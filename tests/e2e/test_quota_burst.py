@@ -1,0 +1,206 @@
+"""Exact GPU caps when pods arrive all at once (issue 33): the charge ledger in the API server.
+
+Each row of the issue's table, through kube-apiserver with deploy/'s webhook
+configurations and one ``serve`` (a team cap of 8 GPUs over two namespaces
+labelled ``team: <a team>``, a namespace cap of 5, e2e-burst in
+tests/e2e/fixtures.py): what is stored, and that every pod refused was
+refused by a full cap. Then what a charge becomes when its pod is refused
+after it was charged (a native ResourceQuota lower than the cap, a second
+validating webhook that denies): released within the window, and the cap
+fills again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.e2e import denying_webhook
+from tests.e2e.admission import NAMESPACE, QUOTA_WINDOW, Admission
+from tests.e2e.conftest import OPT_IN
+from tests.e2e.fixtures import BURST_LABEL, gpu_container, pod, wait_for_view
+from tests.e2e.kube import Kube, Object, Refused, eventually
+from webhook.cluster import ledger_object
+
+DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
+#: how long a released charge may take to go: the window, then the sweep that finds it and the write
+RELEASED_WITHIN = QUOTA_WINDOW + 10
+
+Burst = Callable[..., list[str]]
+
+
+@pytest.fixture
+def burst(admin: Kube, admission: Admission) -> Iterator[Burst]:
+    """Makes fresh namespaces under the e2e-burst caps, all of one new team."""
+    made: list[str] = []
+
+    def make(count: int = 1, **labels: str) -> list[str]:
+        team = f"vision-{uuid.uuid4().hex[:6]}"
+        names = []
+        for _ in range(count):
+            name = f"e2e-burst-{uuid.uuid4().hex[:8]}"
+            admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                "name": name, "labels": {OPT_IN: "true", BURST_LABEL: "on", "team": team, **labels}}})
+            names.append(name)
+        made.extend(names)
+        # team caps read namespace labels from the server's view
+        wait_for_view(admin, admission, "namespaces", "v1", "Namespace")
+        return names
+
+    yield make
+    for name in made:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def create_at_once(admin: Kube, pods: list[Object]) -> tuple[list[Object], list[str]]:
+    """Every pod created at the same moment, one client each: (what was stored, the refusals)."""
+    def create(p: Object) -> Object | str:
+        try:
+            return admin.create(p)
+        except Refused as exc:
+            return exc.message
+
+    with ThreadPoolExecutor(len(pods)) as pool:
+        results = list(pool.map(create, pods))
+    return [r for r in results if isinstance(r, dict)], [r for r in results if isinstance(r, str)]
+
+
+def stored(admin: Kube, *namespaces: str) -> list[Object]:
+    return [p for ns in namespaces for p in admin.list("v1", "Pod", ns)]
+
+
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, Any]:
+    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
+    custom = client.CustomObjectsApi(admin.api)
+    listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
+                                                       ledger_object.PLURAL)
+    for obj in listed["items"]:
+        if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
+            return dict((obj.get("status") or {}).get("charges") or {})
+    return {}
+
+
+def team_of(admin: Kube, namespace: str) -> str:
+    return str(admin.get("v1", "Namespace", namespace)["metadata"]["labels"]["team"])
+
+
+def assert_refused_by_a_full_cap(refusals: list[str], namespace_cap: str = "uses 5 of 5",
+                                 team_cap: str = "uses 8 of 8") -> None:
+    for message in refusals:
+        assert DENIED in message, message
+        assert namespace_cap in message or team_cap in message, message
+
+
+def test_pods_created_one_after_another_stop_at_the_namespace_cap(admin: Kube, burst: Burst) -> None:
+    (namespace,) = burst()
+    refusals = []
+    for i in range(6):
+        try:
+            admin.create(pod(f"p{i}", namespace, gpu_container()))
+        except Refused as exc:
+            refusals.append(exc.message)
+    assert len(stored(admin, namespace)) == 5
+    assert len(refusals) == 1 and f"namespace {namespace} uses 5 of 5 nvidia.com/gpu" in refusals[0], refusals
+
+
+def test_24_pods_at_once_into_a_teams_two_namespaces_fill_its_cap_of_8_exactly(admin: Kube, burst: Burst) -> None:
+    a, b = burst(2)
+    made, refusals = create_at_once(admin, [pod(f"p{i}", (a, b)[i % 2], gpu_container()) for i in range(24)])
+    assert len(stored(admin, a, b)) == 8, (len(made), refusals)
+    assert_refused_by_a_full_cap(refusals)
+    team = team_of(admin, a)
+    uids = {p["metadata"]["uid"] for p in made}
+    assert set(ledger(admin, "team", team)) == uids
+    # the charges of stored pods stay past the window: the cap stays full
+    time.sleep(QUOTA_WINDOW + 2)
+    assert set(ledger(admin, "team", team)) == uids
+    with pytest.raises(Refused) as refused:
+        admin.create(pod("one-more", a, gpu_container()))
+    assert f"team {team} (team={team}) uses 8 of 8 nvidia.com/gpu" in refused.value.message, refused.value.message
+    assert "held in" in refused.value.message
+
+
+def test_16_pods_at_once_into_one_namespace_fill_its_cap_of_5_exactly(admin: Kube, burst: Burst) -> None:
+    (namespace,) = burst()
+    made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(16)])
+    assert len(stored(admin, namespace)) == 5, refusals
+    assert_refused_by_a_full_cap(refusals)
+    assert set(ledger(admin, "namespace", namespace)) == {p["metadata"]["uid"] for p in made}
+
+
+def test_a_dry_run_is_judged_against_the_ledger_and_charges_nothing(admin: Kube, burst: Burst) -> None:
+    (namespace,) = burst()
+    for i in range(4):
+        admin.create(pod(f"p{i}", namespace, gpu_container()))
+    before = ledger(admin, "namespace", namespace)
+    answer = admin.create(pod("dry", namespace, gpu_container()), dry_run="All")
+    assert answer["metadata"]["name"] == "dry"
+    assert ledger(admin, "namespace", namespace) == before  # nothing written
+    admin.create(pod("p4", namespace, gpu_container()))
+    with pytest.raises(Refused) as refused:
+        admin.create(pod("dry", namespace, gpu_container()), dry_run="All")
+    assert f"namespace {namespace} uses 5 of 5" in refused.value.message
+
+
+def _admits(admin: Kube, probe: Object) -> bool:
+    try:
+        admin.create(probe, dry_run="All")
+    except Refused:
+        return False
+    return True
+
+
+def _released(admin: Kube, scope: str, group: str, keep: set[str]) -> Callable[[], bool]:
+    return lambda: set(ledger(admin, scope, group)) == keep
+
+
+def test_pods_a_resource_quota_refuses_after_their_charge_give_it_back_and_the_cap_fills_again(
+    admin: Kube, admission: Admission, burst: Burst
+) -> None:
+    (namespace,) = burst()
+    quota = admin.create({"apiVersion": "v1", "kind": "ResourceQuota",
+                          "metadata": {"name": "gpus", "namespace": namespace},
+                          "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    # what the quota controller would do: without a status, kube-apiserver refuses every pod here
+    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": "2"}, "used": {"requests.nvidia.com/gpu": "0"}}},
+                subresource="status")
+    wait_for_view(admin, admission, "resourcequotas", "v1", "ResourceQuota")
+    made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(5)])
+    assert len(made) == 2, refusals  # the ResourceQuota plugin, after the webhooks, is exact too
+    kept = {p["metadata"]["uid"] for p in made}
+    # whatever the webhook charged for the three refused pods goes within the window
+    eventually(_released(admin, "namespace", namespace, kept), timeout=RELEASED_WITHIN,
+               what="the charges of pods the ResourceQuota refused released")
+    # room again under our cap of 5: raise the native quota, and three more fill it
+    admin.patch(quota, {"spec": {"hard": {"requests.nvidia.com/gpu": "10"}}})
+    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": "10"}, "used": {"requests.nvidia.com/gpu": "2"}}},
+                subresource="status")
+    eventually(lambda: _admits(admin, pod("probe", namespace, gpu_container())), what="the view holding the raised quota")
+    more, refusals = create_at_once(admin, [pod(f"q{i}", namespace, gpu_container()) for i in range(6)])
+    assert len(stored(admin, namespace)) == 5, refusals
+    assert_refused_by_a_full_cap(refusals)
+
+
+def test_a_pod_another_webhook_refuses_after_its_charge_gives_it_back(
+    admin: Kube, burst: Burst, tmp_path: Path
+) -> None:
+    (namespace,) = burst()
+    with denying_webhook.registered(admin, tmp_path):
+        deny = {denying_webhook.SELECT_LABEL: "on"}
+        made, refusals = create_at_once(admin, [pod(f"d{i}", namespace, gpu_container(), labels=deny)
+                                                for i in range(5)])
+        assert not made and all(denying_webhook.MESSAGE in m for m in refusals), refusals
+        # kube-apiserver calls the validating webhooks in parallel and waits for all: ours charged
+        # every pod before the other's refusal was returned
+        assert len(ledger(admin, "namespace", namespace)) == 5
+    eventually(_released(admin, "namespace", namespace, set()), timeout=RELEASED_WITHIN,
+               what="the charges of pods another webhook refused released")
+    made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(7)])
+    assert len(stored(admin, namespace)) == 5, refusals
