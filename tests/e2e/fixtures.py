@@ -5,8 +5,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.e2e.admission import Admission
+from kubernetes import client
+
+from tests.e2e.admission import NAMESPACE, Admission
 from tests.e2e.kube import Kube, Object, eventually
+from webhook.cluster import ledger_object
 
 
 def _labelled_policy(name: str, label: str, kinds: str, rules: str) -> str:
@@ -161,3 +164,14 @@ def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version:
     """Until the server's cluster view holds as many ``resource`` as the apiserver lists."""
     want = len(admin.list(api_version, kind))
     eventually(lambda: admission.view_count(resource) == want, what=f"the cluster view holding {want} {resource}")
+
+
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, Any]:
+    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
+    custom = client.CustomObjectsApi(admin.api)
+    listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
+                                                       ledger_object.PLURAL)
+    for obj in listed["items"]:
+        if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
+            return dict((obj.get("status") or {}).get("charges") or {})
+    return {}

@@ -13,51 +13,22 @@ fills again.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from tests.e2e import denying_webhook
-from tests.e2e.admission import NAMESPACE, QUOTA_WINDOW, Admission
-from tests.e2e.conftest import OPT_IN
-from tests.e2e.fixtures import BURST_LABEL, gpu_container, pod, wait_for_view
+from tests.e2e.admission import QUOTA_WINDOW, Admission
+from tests.e2e.conftest import Burst
+from tests.e2e.fixtures import gpu_container, ledger, pod, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
-from webhook.cluster import ledger_object
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
 #: how long a released charge may take to go: the window, then the sweep that finds it and the write
 RELEASED_WITHIN = QUOTA_WINDOW + 10
-
-Burst = Callable[..., list[str]]
-
-
-@pytest.fixture
-def burst(admin: Kube, admission: Admission) -> Iterator[Burst]:
-    """Makes fresh namespaces under the e2e-burst caps, all of one new team."""
-    made: list[str] = []
-
-    def make(count: int = 1, **labels: str) -> list[str]:
-        team = f"vision-{uuid.uuid4().hex[:6]}"
-        names = []
-        for _ in range(count):
-            name = f"e2e-burst-{uuid.uuid4().hex[:8]}"
-            admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                "name": name, "labels": {OPT_IN: "true", BURST_LABEL: "on", "team": team, **labels}}})
-            names.append(name)
-        made.extend(names)
-        # team caps read namespace labels from the server's view
-        wait_for_view(admin, admission, "namespaces", "v1", "Namespace")
-        return names
-
-    yield make
-    for name in made:
-        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-
 
 def create_at_once(admin: Kube, pods: list[Object]) -> tuple[list[Object], list[str]]:
     """Every pod created at the same moment, one client each: (what was stored, the refusals)."""
@@ -74,17 +45,6 @@ def create_at_once(admin: Kube, pods: list[Object]) -> tuple[list[Object], list[
 
 def stored(admin: Kube, *namespaces: str) -> list[Object]:
     return [p for ns in namespaces for p in admin.list("v1", "Pod", ns)]
-
-
-def ledger(admin: Kube, scope: str, group: str) -> dict[str, Any]:
-    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
-    custom = client.CustomObjectsApi(admin.api)
-    listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
-                                                       ledger_object.PLURAL)
-    for obj in listed["items"]:
-        if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
-            return dict((obj.get("status") or {}).get("charges") or {})
-    return {}
 
 
 def team_of(admin: Kube, namespace: str) -> str:

@@ -25,10 +25,9 @@ import pytest
 from tests.e2e import replicas
 from tests.e2e.apiserver import ADMIN_TOKEN, ApiServer
 from tests.e2e.conftest import OPT_IN
-from tests.e2e.fixtures import BURST_LABEL, BURST_POLICY
+from tests.e2e.fixtures import BURST_LABEL, BURST_POLICY, ledger
 from tests.e2e.kube import Kube, eventually
 from tests.e2e.replicas import Replica, Replicas
-from tests.e2e.test_quota_burst import ledger
 from tests.support import POLICIES
 
 CAP, REVIEWS, REPETITIONS = 8, 48, 20
