@@ -237,6 +237,8 @@ class _Writer:
     asks: list[_Ask] = field(default_factory=list)
     releases: dict[str, str] = field(default_factory=dict)  # uid → why
     task: asyncio.Task[None] | None = None
+    #: why the last write failed, until one succeeds: what an admission that ran out of time is told
+    failing: str = ""
 
     async def judge(self, charge: Charge, dry_run: bool, deadline: float) -> _Verdict:
         loop = asyncio.get_running_loop()
@@ -246,7 +248,7 @@ class _Writer:
         try:
             return await asyncio.wait_for(asyncio.shield(ask.future), max(deadline - loop.time(), 0))
         except TimeoutError:
-            return _Verdict(unavailable=f"the ledger was not written within {self.ledger.settings.budget:g} s")
+            return _Verdict(unavailable=_late(self.ledger.settings.budget, self.failing))
 
     def release(self, uid: str, reason: str) -> None:
         self.releases[uid] = reason
@@ -271,7 +273,7 @@ class _Writer:
         ledger = self.ledger
         fresh, attempt = False, 0
         while True:
-            asks = _pending(asks, loop.time(), ledger.settings.budget)
+            asks = _pending(asks, loop.time(), _late(ledger.settings.budget, self.failing))
             if not asks and not releases:
                 return
             timeout = max((a.deadline for a in asks), default=loop.time() + BACKGROUND_TIMEOUT) - loop.time()
@@ -292,11 +294,13 @@ class _Writer:
                     await ledger.patch(self.name, body, timeout)
                     for uid in released:
                         ledger.metrics.releases.labels(releases[uid]).inc()
+                self.failing = ""
                 for ask, verdict in verdicts:
                     if not ask.future.done():
                         ask.future.set_result(verdict)
                 return
             except ApiError as exc:
+                self.failing = _reason(exc)
                 if exc.status == 409:
                     ledger.metrics.conflicts.inc()
                     ledger.metrics.retries.labels("conflict").inc()
@@ -355,14 +359,18 @@ def _judge(tally: Tally, asks: list[_Ask], now: float) -> tuple[list[tuple[_Ask,
     return verdicts, added, confirmed or bool(added)
 
 
-def _pending(asks: list[_Ask], now: float, budget: float) -> list[_Ask]:
+def _late(budget: float, failing: str) -> str:
+    return f"the ledger was not written within {budget:g} s" + (f" ({failing})" if failing else "")
+
+
+def _pending(asks: list[_Ask], now: float, late: str) -> list[_Ask]:
     """The asks still waiting; those past their deadline are answered (their caller has given up)."""
     waiting = []
     for ask in asks:
         if ask.future.done():
             continue
         if now >= ask.deadline:
-            ask.future.set_result(_Verdict(unavailable=f"the ledger was not written within {budget:g} s"))
+            ask.future.set_result(_Verdict(unavailable=late))
         else:
             waiting.append(ask)
     return waiting
