@@ -23,7 +23,7 @@ import pytest
 from tests.e2e import denying_webhook
 from tests.e2e.admission import QUOTA_WINDOW, Admission
 from tests.e2e.conftest import Burst
-from tests.e2e.fixtures import gpu_container, ledger, pod, wait_for_view
+from tests.e2e.fixtures import BURST_LABEL, gpu_container, ledger, pod, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -164,3 +164,35 @@ def test_a_pod_another_webhook_refuses_after_its_charge_gives_it_back(
                what="the charges of pods another webhook refused released")
     made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(7)])
     assert len(stored(admin, namespace)) == 5, refusals
+
+
+def test_pods_that_finish_or_go_give_their_gpus_back_at_once(admin: Kube, burst: Burst) -> None:
+    (namespace,) = burst()
+    made = [admin.create(pod(f"p{i}", namespace, gpu_container())) for i in range(5)]
+    # what the kubelet would report of a pod that ran to completion
+    admin.patch(made[0], {"status": {"phase": "Succeeded"}}, subresource="status")
+    admin.delete(made[1])
+    left = {p["metadata"]["uid"] for p in made[2:]}
+    # well before the window: the watch saw them go
+    eventually(_released(admin, "namespace", namespace, left), timeout=QUOTA_WINDOW,
+               what="the charges of a finished and a deleted pod released")
+    admin.create(pod("q0", namespace, gpu_container()))
+    admin.create(pod("q1", namespace, gpu_container()))
+    with pytest.raises(Refused):
+        admin.create(pod("q2", namespace, gpu_container()))
+
+
+def test_pods_admitted_while_no_cap_applied_are_charged_when_one_does(admin: Kube, burst: Burst) -> None:
+    (namespace,) = burst()
+    made = [admin.create(pod(f"p{i}", namespace, gpu_container())) for i in range(2)]
+    ns = admin.get("v1", "Namespace", namespace)
+    admin.patch(ns, {"metadata": {"labels": {BURST_LABEL: None}}})  # the caps stop applying here
+    quiet = [admin.create(pod(f"q{i}", namespace, gpu_container())) for i in range(2)]
+    admin.patch(ns, {"metadata": {"labels": {BURST_LABEL: "on"}}})  # and apply again: a recount
+    every = {p["metadata"]["uid"] for p in made + quiet}
+    eventually(lambda: set(ledger(admin, "namespace", namespace)) == every, timeout=QUOTA_WINDOW + 10,
+               what="the recount charging the pods admitted meanwhile")
+    admin.create(pod("last", namespace, gpu_container()))
+    with pytest.raises(Refused) as refused:
+        admin.create(pod("over", namespace, gpu_container()))
+    assert f"namespace {namespace} uses 5 of 5" in refused.value.message
