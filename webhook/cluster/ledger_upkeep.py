@@ -127,19 +127,33 @@ class Upkeep:
         """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
         if not self._view_known():
             return
-        ledger = self.ledger
-        for key, entries in ledger.entries().items():
+        for key in list(self.ledger.entries()):
+            try:
+                await self._recount(key)
+            except ApiError as exc:
+                log.warning("recounting the GPU quota ledger of %s failed: %s", key.describe(), exc)
+
+    async def _recount(self, key: LedgerKey, attempts: int = 3) -> None:
+        """One ledger, written against the version it was recounted from: a charge released meanwhile is
+        not put back (the write is refused, and the recount done again)."""
+        ledger, name = self.ledger, ledger_object.name_of(key)
+        for attempt in range(attempts):
+            # the ledger first, then the view: a pod that goes after the view was read is released by a
+            # write the precondition below sees, and one that went before is not in the view
+            obj = await ledger.current(key, name, True, 10.0)
             expected = await self.seed(key)
+            entries = ledger_object.entries(obj)
             now = ledger.now()
             added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in entries}
             removed = [uid for uid, entry in entries.items() if uid not in expected and self._seen_live(uid, entry)]
             if not added and not removed:
-                continue
-            body = ledger_object.change_patch(added, removed)
+                return
             try:
-                await ledger.patch(ledger_object.name_of(key), body, 10.0)
+                await ledger.patch(name, ledger_object.charge_patch(ledger_object.resource_version(obj), added, removed),
+                                   10.0)
             except ApiError as exc:
-                log.warning("recounting the GPU quota ledger of %s failed: %s", key.describe(), exc)
+                if exc.status != 409 or attempt == attempts - 1:
+                    raise
                 continue
             ledger.metrics.corrections.labels("added").inc(len(added))
             ledger.metrics.corrections.labels("removed").inc(len(removed))
@@ -147,6 +161,7 @@ class Upkeep:
                 ledger.metrics.releases.labels("recount").inc(len(removed))
             log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
                      key.describe(), len(added), len(removed))
+            return
 
     def _seen_live(self, uid: str, entry: Entry) -> bool:
         """The view holds this very pod, alive: a charge no policy makes any more (the others are the sweep's)."""
