@@ -12,19 +12,28 @@ fills again.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 
 from tests.e2e import denying_webhook
 from tests.e2e.admission import QUOTA_WINDOW, Admission
+from tests.e2e.apiserver import REPO
 from tests.e2e.conftest import Burst
 from tests.e2e.fixtures import BURST_LABEL, gpu_container, ledger, pod, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
+from webhook.cluster import ledger_object
+from webhook.cluster.ledger_object import Entry
+from webhook.policy.charges import Holding, LedgerKey
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
 #: how long a released charge may take to go: the window, then the sweep that finds it and the write
@@ -196,3 +205,38 @@ def test_pods_admitted_while_no_cap_applied_are_charged_when_one_does(admin: Kub
     with pytest.raises(Refused) as refused:
         admin.create(pod("over", namespace, gpu_container()))
     assert f"namespace {namespace} uses 5 of 5" in refused.value.message
+
+
+def test_audit_counts_charges_in_flight_as_used(admin: Kube, admission: Admission, burst: Burst, tmp_path: Path) -> None:
+    (namespace,) = burst()
+    made = [admin.create(pod(f"p{i}", namespace, gpu_container())) for i in range(3)]
+    # a ledger as the webhook leaves it mid-burst: the 3 stored pods, and 2 admitted but not stored yet
+    # (in a namespace of its own, which no server sweeps)
+    ledgers = f"e2e-ledgers-{namespace[-8:]}"
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ledgers}})
+    key = LedgerKey("namespace", namespace, "", "nvidia.com/gpu.product")
+    one = (("nvidia.com/gpu", Decimal(1)),)
+    entries = {p["metadata"]["uid"]: Entry(Holding(namespace, p["metadata"]["name"], "", None, one), time.time())
+               for p in made}
+    entries |= {f"in-flight-{i}": Entry(Holding(namespace, f"coming-{i}", "", None, one), time.time()) for i in range(2)}
+    client.CustomObjectsApi(admin.api).create_namespaced_custom_object(
+        ledger_object.GROUP, ledger_object.VERSION, ledgers, ledger_object.PLURAL,
+        ledger_object.new_object(key, ledgers, entries))
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod("next", namespace, gpu_container())))
+
+    def audit(quota_namespace: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "webhook", "audit", "--cluster", "--kubeconfig",
+                               str(admission.admin_kubeconfig), "--policies", str(admission.policies),
+                               "--quota-namespace", quota_namespace, str(manifest)],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    counted = audit(ledgers)
+    assert counted.returncode == 1, counted.stdout + counted.stderr
+    assert f"namespace {namespace} uses 5 of 5 nvidia.com/gpu" in counted.stdout, counted.stdout
+    assert (f"note: GPU quota ledger: 2 charges in flight counted as used (pods admitted, not stored yet): "
+            f"{namespace}/coming-0, {namespace}/coming-1") in counted.stderr, counted.stderr
+    # without them (no ledger there), the 3 stored pods leave room
+    empty = audit(f"{ledgers}-none")
+    assert empty.returncode == 0, empty.stdout + empty.stderr
+    admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ledgers}})

@@ -24,6 +24,7 @@ from webhook.audit.inputs import Document, Problem
 from webhook.audit.judge import judge
 from webhook.audit.progress import Progress
 from webhook.audit.report import FORMATS, Report
+from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
 from webhook.registry import flags
@@ -65,6 +66,8 @@ def _cluster_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--all-namespaces", "-A", action="store_true",
                    help="with --cluster and no PATHs: every namespace, not only the opted-in ones")
     g.add_argument("--page-size", type=int, default=500, help="objects per list request (default: 500)")
+    g.add_argument("--quota-namespace", default=LedgerSettings.namespace,
+                   help="with --cluster: where the GPU quota ledgers are (serve --quota-namespace; default: %(default)s)")
 
 
 def _output_options(g: argparse._ArgumentGroup) -> None:
@@ -167,8 +170,10 @@ def _sources(
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths,
+            ledger_namespace=args.quota_namespace,
         )
+        notes.extend(cluster.notes)
         if not args.paths:
             return cluster.view, cluster_source.workloads(cluster, policies, notes, args.page_size)
         view: ClusterView = cluster.view

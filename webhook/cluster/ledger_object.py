@@ -154,3 +154,36 @@ def _quantity(n: Decimal) -> str:
 def _time(at: float) -> str:
     # milliseconds: a window of a few seconds (the tests') is still measured right
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def in_flight(ledgers: Iterable[Mapping[str, Any]], listed: Iterable[Mapping[str, Any]]) -> list[Object]:
+    """The charges of pods that ``listed`` (the pods of the cluster) does not hold, as the Pending pods
+    they stand for: what an audit counts as used, as the webhook does (one per pod, whatever the ledgers)."""
+    known = {str((p.get("metadata") or {}).get("uid") or "") for p in listed}
+    pods: dict[str, Object] = {}
+    for obj in ledgers:
+        key = key_of(obj)
+        if key is None:
+            continue
+        for uid, entry in entries(obj).items():
+            if uid not in known and uid not in pods:
+                pods[uid] = _pod(uid, entry.holding, key.model_label)
+    return list(pods.values())
+
+
+#: the annotation of the pods ``in_flight`` makes up
+IN_FLIGHT = "gpu-admission.io/charged-in-flight"
+
+
+def _pod(uid: str, holding: Holding, model_label: str) -> Object:
+    gpus = {name: _quantity(n) for name, n in holding.gpus}
+    spec: dict[str, Any] = {"containers": [{"name": "charged", "resources": {"limits": gpus, "requests": gpus}}]}
+    if holding.priority:
+        spec["priorityClassName"] = holding.priority
+    if holding.models:  # (an empty set names no model a selector could hold)
+        term = {"matchExpressions": [{"key": model_label, "operator": "In", "values": sorted(holding.models)}]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": holding.name, "namespace": holding.namespace, "uid": uid,
+                         "annotations": {IN_FLIGHT: "true"}},
+            "spec": spec, "status": {"phase": "Pending"}}
