@@ -100,12 +100,7 @@ class ModelApi:
         if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
             raise ApiError(409, "the object has been modified")
         changed = copy.deepcopy(current)
-        charges = changed.setdefault("status", {}).setdefault("charges", {})
-        for uid, value in body["status"]["charges"].items():
-            if value is None:
-                charges.pop(uid, None)
-            else:
-                charges[uid] = value
+        changed.setdefault("status", {})["charges"] = body["status"]["charges"]  # (merge patch: a string is replaced)
         if changed == current:
             return copy.deepcopy(current)
         return self._store(name, changed)
@@ -119,7 +114,7 @@ class ModelApi:
 
     def charged(self) -> dict[str, Any]:
         obj = self.objects.get(ledger_object.name_of(KEY))
-        return dict((obj or {}).get("status", {}).get("charges", {}))
+        return dict(ledger_object.entries(obj or {}))
 
 
 class _Ledger(Ledger):

@@ -166,12 +166,12 @@ def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version:
     eventually(lambda: admission.view_count(resource) == want, what=f"the cluster view holding {want} {resource}")
 
 
-def ledger(admin: Kube, scope: str, group: str) -> dict[str, Any]:
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
     """The charges of one ledger, by pod uid ({} before the ledger exists)."""
     custom = client.CustomObjectsApi(admin.api)
     listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
                                                        ledger_object.PLURAL)
     for obj in listed["items"]:
         if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
-            return dict((obj.get("status") or {}).get("charges") or {})
+            return ledger_object.entries(obj)
     return {}

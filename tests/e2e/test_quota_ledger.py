@@ -75,7 +75,7 @@ def _stored(admin: Kube, namespace: str, key: LedgerKey) -> dict[str, Any]:
         obj = admin.get(ledger_object.API_VERSION, ledger_object.KIND, ledger_object.name_of(key), namespace)
     except Exception:  # noqa: BLE001 - not created
         return {}
-    return dict((obj.get("status") or {}).get("charges") or {})
+    return dict(ledger_object.entries(obj))
 
 
 async def _timed(coroutine: Any) -> tuple[Settlement, float]:

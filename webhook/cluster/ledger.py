@@ -81,7 +81,7 @@ class Ledger:
         self.seeder = seeder
         self._clock = clock
         self._rng = rng or random.Random()
-        self._objects: dict[str, dict[str, Any]] = {}  # object name → the newest version known
+        self._objects: dict[str, Mapping[str, Any]] = {}  # object name → the newest version known
         self._entries: dict[str, dict[str, Entry]] = {}  # object name → its charges, decoded once
         self._keys: dict[str, LedgerKey] = {}
         self._where: dict[str, set[str]] = {}  # pod uid → names of the objects charging it
@@ -93,6 +93,12 @@ class Ledger:
         """Every ledger's charges as last known."""
         return {self._keys[name]: entries for name, entries in self._entries.items() if name in self._keys}
 
+    def entries_of(self, name: str, obj: Mapping[str, Any]) -> dict[str, Entry]:
+        """The charges of ``obj`` (a version of the object ``name``), decoded once per version."""
+        if self._objects.get(name) is obj:
+            return self._entries[name]
+        return ledger_object.entries(obj)
+
     def holds(self, uid: str) -> bool:
         return uid in self._where
 
@@ -103,14 +109,14 @@ class Ledger:
         if key is None:
             return
         old = self._objects.get(name)
-        if old is not None and _older(ledger_object.resource_version(obj), ledger_object.resource_version(old)):
+        if old is not None and not _newer(ledger_object.resource_version(obj), ledger_object.resource_version(old)):
             return  # (an optimisation only: a stale cache costs a conflict, never a wrong answer)
         entries = ledger_object.entries(obj)
         for uid in self._entries.get(name, {}).keys() - entries.keys():
             self._unplace(uid, name)
         for uid in entries:
             self._where.setdefault(uid, set()).add(name)
-        self._objects[name], self._entries[name], self._keys[name] = dict(obj), entries, key
+        self._objects[name], self._entries[name], self._keys[name] = obj, entries, key
 
     def forget(self, name: str) -> None:
         """A ledger object is gone (deleted)."""
@@ -181,7 +187,7 @@ class Ledger:
 
     # ------------------------------------------------------------ the API
 
-    async def current(self, key: LedgerKey, name: str, fresh: bool, timeout: float) -> dict[str, Any]:
+    async def current(self, key: LedgerKey, name: str, fresh: bool, timeout: float) -> Mapping[str, Any]:
         """The ledger object: as last known, or (``fresh``) read now; created (with the pods the view
         shows in its group) when it does not exist yet."""
         path = ledger_object.object_path(self.settings.namespace, name)
@@ -279,7 +285,7 @@ class _Writer:
             timeout = max((a.deadline for a in asks), default=loop.time() + BACKGROUND_TIMEOUT) - loop.time()
             try:
                 obj = await ledger.current(self.key, self.name, fresh, timeout)
-                entries = ledger_object.entries(obj)
+                entries = ledger.entries_of(self.name, obj)
                 released = [uid for uid in releases if uid in entries]
                 tally = Tally(self.key, {u: e.holding for u, e in entries.items() if u not in released})
                 verdicts, added, confirmed = _judge(tally, asks, ledger.now())
@@ -287,10 +293,9 @@ class _Writer:
                     fresh = True  # a refusal, or a dry run's answer, only from a state just read
                     continue
                 if added or released:
-                    # with charges to judge, the write holds the state they were judged against;
-                    # releases alone need no precondition
-                    body = (ledger_object.charge_patch(ledger_object.resource_version(obj), added, released) if asks
-                            else ledger_object.change_patch({}, released))
+                    # the whole ledger, as it was judged, or refused if anyone changed it since
+                    body = ledger_object.charges_patch(ledger_object.resource_version(obj),
+                                                       ledger_object.changed(entries, added, released))
                     await ledger.patch(self.name, body, timeout)
                     for uid in released:
                         ledger.metrics.releases.labels(releases[uid]).inc()
@@ -390,6 +395,7 @@ def _reason(exc: ApiError) -> str:
     return str(exc)
 
 
-def _older(version: str, than: str) -> bool:
-    """Whether resourceVersion ``version`` is older than ``than``, where both are integers (etcd's are)."""
-    return version.isdigit() and than.isdigit() and int(version) < int(than)
+def _newer(version: str, than: str) -> bool:
+    """Whether resourceVersion ``version`` may be newer than ``than``: not when both are integers (etcd's are)
+    and it is not greater."""
+    return not (version.isdigit() and than.isdigit()) or int(version) > int(than)
