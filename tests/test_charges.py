@@ -52,17 +52,23 @@ def _charges(policies: loader.PolicySet, pod: dict[str, Any], operation: str = "
     return engine.evaluate(policies, request, SnapshotView.from_objects(CLUSTER), "validate").charges
 
 
-def test_a_new_pod_charges_each_ledger_its_enforced_caps_count_it_in_once() -> None:
+def test_a_new_pod_charges_the_ledger_of_its_team_once_for_every_enforced_cap() -> None:
     policies = _load(_policies("{scope: namespace, max: 5}", "{scope: team, max: 8}",
                                "{scope: team, model: 'NVIDIA-A100*', max: 4}"))
-    found = _charges(policies, _pod("p", "ml-a", 2, nodeSelector={MODEL: "NVIDIA-A100-SXM4-80GB"}))
-    by_key = {c.key: c for c in found}
-    assert set(by_key) == {LedgerKey("namespace", "ml-a", "", MODEL), LedgerKey("team", "vision", "team", MODEL)}
-    team = by_key[LedgerKey("team", "vision", "team", MODEL)]
-    # the two team caps are checked against the one team ledger, in one charge
-    assert [(c.model, c.maximum) for c in team.caps] == [("*", 8), ("NVIDIA-A100*", 4)]
+    (team,) = _charges(policies, _pod("p", "ml-a", 2, nodeSelector={MODEL: "NVIDIA-A100-SXM4-80GB"}))
+    # one ledger, one write: the team's, where the namespace cap counts the namespace's pods only
+    assert team.key == LedgerKey("team", "vision", "team", MODEL)
+    assert [(c.scope, c.group, c.namespace, c.model, c.maximum) for c in team.caps] == [
+        ("namespace", "ml-a", "ml-a", "*", 5), ("team", "vision", "", "*", 8), ("team", "vision", "", "NVIDIA-A100*", 4)]
     assert team.uid == "uid-1"
     assert team.holding == Holding("ml-a", "p", "", frozenset({"NVIDIA-A100-SXM4-80GB"}), (("nvidia.com/gpu", Decimal(2)),))
+
+
+def test_a_namespace_no_team_cap_covers_has_a_ledger_of_its_own() -> None:
+    policies = _load(_policies("{scope: namespace, max: 5}", "{scope: team, teams: [other], max: 8}"))
+    (charge,) = _charges(policies, _pod("p", "ml-a", 1))
+    assert charge.key == LedgerKey("namespace", "ml-a", "", MODEL)
+    assert [(c.scope, c.namespace) for c in charge.caps] == [("namespace", "")]
 
 
 def test_several_policies_charging_one_ledger_are_merged() -> None:
@@ -89,8 +95,12 @@ def test_a_pod_no_cap_counts_charges_nothing() -> None:
 
 
 def _check(maximum: int, model: str = "*", resource: str = "nvidia.com/gpu", classes: tuple[str, ...] = (),
-           policy: str = "caps") -> CapCheck:
-    return CapCheck(policy, "Pod ml-a/new", "/spec/containers", resource, model, classes, maximum, False)
+           policy: str = "caps", namespace: str = "") -> CapCheck:
+    if namespace:  # a namespace cap, judged in its team's ledger
+        return CapCheck(policy, "Pod ml-a/new", "/spec/containers", resource, model, classes, maximum, False,
+                        "namespace", namespace, "", namespace)
+    return CapCheck(policy, "Pod ml-a/new", "/spec/containers", resource, model, classes, maximum, False,
+                    "team", "vision", "team")
 
 
 def _holding(ns: str, gpus: int, name: str = "p", priority: str = "", models: frozenset[str] | None = None) -> Holding:
@@ -113,6 +123,18 @@ def test_a_tally_admits_charges_up_to_each_cap_and_denies_the_next_with_where_gp
                               "held in ml-a 4, ml-b 4 (stop GPU pods you no longer need, or ask for a larger cap)")
     tally.release("b")
     assert tally.judge(second) == ()
+
+
+def test_a_namespace_cap_in_its_teams_ledger_counts_its_namespace_only() -> None:
+    tally = Tally(TEAM, {"a": _holding("ml-a", 3), "b": _holding("ml-b", 4)})
+    cap = _check(4, namespace="ml-a")
+    assert tally.used(cap) == 3
+    first = Charge(TEAM, "new-1", _holding("ml-a", 1, "new-1"), (cap,))
+    assert tally.judge(first) == ()
+    tally.admit(first)
+    (denial,) = tally.judge(Charge(TEAM, "new-2", _holding("ml-a", 1, "new-2"), (cap, _check(10))))
+    assert denial.message.startswith("Pod ml-a/new: namespace ml-a uses 4 of 4 nvidia.com/gpu; this pod asks for 1 (stop")
+    assert tally.judge(Charge(TEAM, "new-3", _holding("ml-b", 1, "new-3"), (_check(5, namespace="ml-b"),))) == ()
 
 
 def test_a_tally_counts_only_what_a_cap_counts() -> None:

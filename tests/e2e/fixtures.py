@@ -166,12 +166,23 @@ def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version:
     eventually(lambda: admission.view_count(resource) == want, what=f"the cluster view holding {want} {resource}")
 
 
-def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
-    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
+def ledgers(admin: Kube) -> list[dict[str, Any]]:
+    """The GPU quota ledger objects the suite's server writes."""
     custom = client.CustomObjectsApi(admin.api)
     listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
                                                        ledger_object.PLURAL)
-    for obj in listed["items"]:
+    return list(listed["items"])
+
+
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
+    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
+    for obj in ledgers(admin):
         if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
             return ledger_object.entries(obj)
     return {}
+
+
+def charged(admin: Kube, namespace: str) -> dict[str, ledger_object.Entry]:
+    """The charges of one namespace's pods, in whichever ledger holds them (its team's, or its own)."""
+    return {uid: entry for obj in ledgers(admin) for uid, entry in ledger_object.entries(obj).items()
+            if entry.holding.namespace == namespace}

@@ -29,7 +29,7 @@ from tests.e2e import denying_webhook
 from tests.e2e.admission import QUOTA_WINDOW, Admission
 from tests.e2e.apiserver import REPO
 from tests.e2e.conftest import Burst
-from tests.e2e.fixtures import BURST_LABEL, gpu_container, ledger, pod, wait_for_view
+from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, pod, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from webhook.cluster import ledger_object
 from webhook.cluster.ledger_object import Entry
@@ -101,17 +101,17 @@ def test_16_pods_at_once_into_one_namespace_fill_its_cap_of_5_exactly(admin: Kub
     made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(16)])
     assert len(stored(admin, namespace)) == 5, refusals
     assert_refused_by_a_full_cap(refusals)
-    assert set(ledger(admin, "namespace", namespace)) == {p["metadata"]["uid"] for p in made}
+    assert set(charged(admin, namespace)) == {p["metadata"]["uid"] for p in made}
 
 
 def test_a_dry_run_is_judged_against_the_ledger_and_charges_nothing(admin: Kube, burst: Burst) -> None:
     (namespace,) = burst()
     for i in range(4):
         admin.create(pod(f"p{i}", namespace, gpu_container()))
-    before = ledger(admin, "namespace", namespace)
+    before = charged(admin, namespace)
     answer = admin.create(pod("dry", namespace, gpu_container()), dry_run="All")
     assert answer["metadata"]["name"] == "dry"
-    assert ledger(admin, "namespace", namespace) == before  # nothing written
+    assert charged(admin, namespace) == before  # nothing written
     admin.create(pod("p4", namespace, gpu_container()))
     with pytest.raises(Refused) as refused:
         admin.create(pod("dry", namespace, gpu_container()), dry_run="All")
@@ -126,8 +126,8 @@ def _admits(admin: Kube, probe: Object) -> bool:
     return True
 
 
-def _released(admin: Kube, scope: str, group: str, keep: set[str]) -> Callable[[], bool]:
-    return lambda: set(ledger(admin, scope, group)) == keep
+def _released(admin: Kube, namespace: str, keep: set[str]) -> Callable[[], bool]:
+    return lambda: set(charged(admin, namespace)) == keep
 
 
 def test_pods_a_resource_quota_refuses_after_their_charge_give_it_back_and_the_cap_fills_again(
@@ -145,7 +145,7 @@ def test_pods_a_resource_quota_refuses_after_their_charge_give_it_back_and_the_c
     assert len(made) == 2, refusals  # the ResourceQuota plugin, after the webhooks, is exact too
     kept = {p["metadata"]["uid"] for p in made}
     # whatever the webhook charged for the three refused pods goes within the window
-    eventually(_released(admin, "namespace", namespace, kept), timeout=RELEASED_WITHIN,
+    eventually(_released(admin, namespace, kept), timeout=RELEASED_WITHIN,
                what="the charges of pods the ResourceQuota refused released")
     # room again under our cap of 5: raise the native quota, and three more fill it
     admin.patch(quota, {"spec": {"hard": {"requests.nvidia.com/gpu": "10"}}})
@@ -168,8 +168,8 @@ def test_a_pod_another_webhook_refuses_after_its_charge_gives_it_back(
         assert not made and all(denying_webhook.MESSAGE in m for m in refusals), refusals
         # kube-apiserver calls the validating webhooks in parallel and waits for all: ours charged
         # every pod before the other's refusal was returned
-        assert len(ledger(admin, "namespace", namespace)) == 5
-    eventually(_released(admin, "namespace", namespace, set()), timeout=RELEASED_WITHIN,
+        assert len(charged(admin, namespace)) == 5
+    eventually(_released(admin, namespace, set()), timeout=RELEASED_WITHIN,
                what="the charges of pods another webhook refused released")
     made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(7)])
     assert len(stored(admin, namespace)) == 5, refusals
@@ -183,7 +183,7 @@ def test_pods_that_finish_or_go_give_their_gpus_back_at_once(admin: Kube, burst:
     admin.delete(made[1])
     left = {p["metadata"]["uid"] for p in made[2:]}
     # well before the window: the watch saw them go
-    eventually(_released(admin, "namespace", namespace, left), timeout=QUOTA_WINDOW,
+    eventually(_released(admin, namespace, left), timeout=QUOTA_WINDOW,
                what="the charges of a finished and a deleted pod released")
     admin.create(pod("q0", namespace, gpu_container()))
     admin.create(pod("q1", namespace, gpu_container()))
@@ -199,7 +199,7 @@ def test_pods_admitted_while_no_cap_applied_are_charged_when_one_does(admin: Kub
     quiet = [admin.create(pod(f"q{i}", namespace, gpu_container())) for i in range(2)]
     admin.patch(ns, {"metadata": {"labels": {BURST_LABEL: "on"}}})  # and apply again: a recount
     every = {p["metadata"]["uid"] for p in made + quiet}
-    eventually(lambda: set(ledger(admin, "namespace", namespace)) == every, timeout=QUOTA_WINDOW + 10,
+    eventually(lambda: set(charged(admin, namespace)) == every, timeout=QUOTA_WINDOW + 10,
                what="the recount charging the pods admitted meanwhile")
     admin.create(pod("last", namespace, gpu_container()))
     with pytest.raises(Refused) as refused:

@@ -48,6 +48,10 @@ class Holding:
     gpus: tuple[tuple[str, Decimal], ...]  # (GPU resource, count), sorted by resource
 
 
+#: what a cap counts in a ledger: (resource or "prefix*", model, priority classes, the namespace or "" for all)
+_Which = tuple[str, str, tuple[str, ...], str]
+
+
 @dataclass(frozen=True)
 class CapCheck:
     """One enforced cap, as the pod under admission meets it."""
@@ -60,22 +64,25 @@ class CapCheck:
     priority_classes: tuple[str, ...]
     maximum: int
     fail_closed: bool  # the rule's clusterUnavailable, for when the ledger cannot be reached
+    scope: str = "namespace"  # the cap's: "namespace" or "team"
+    group: str = ""  # the namespace or team it counts the pod in
+    team_label: str = ""
+    #: a namespace cap judged in its team's ledger counts that namespace's pods only ("" : every pod there)
+    namespace: str = ""
 
     @property
     def which(self) -> _Which:
-        return self.resource, self.model, self.priority_classes
+        return self.resource, self.model, self.priority_classes, self.namespace
 
     def counts(self, holding: Holding) -> Decimal:
         """GPUs of ``holding`` this cap counts."""
         return _count(self.which, holding)
 
 
-#: what a cap counts: (resource or "prefix*", model, priority classes)
-_Which = tuple[str, str, tuple[str, ...]]
-
-
 def _count(which: _Which, holding: Holding) -> Decimal:
-    resource, model, classes = which
+    resource, model, classes, namespace = which
+    if namespace and holding.namespace != namespace:
+        return Decimal(0)
     if not caps.counts(model, classes, holding.priority, holding.models):
         return Decimal(0)
     prefix = resource[:-1] if resource.endswith("*") else None
@@ -137,8 +144,8 @@ class Tally:
             ask = check.counts(charge.holding)
             used = self.used(check)
             if used + ask > check.maximum:
-                holders = caps.held_in(self._by_namespace(check)) if self.key.scope == "team" else ""
-                message = caps.over(check.where, self.key.scope, self.key.group, self.key.team_label, check.model,
+                holders = caps.held_in(self._by_namespace(check)) if check.scope == "team" else ""
+                message = caps.over(check.where, check.scope, check.group, check.team_label, check.model,
                                     check.priority_classes, check.resource, used, check.maximum, ask, holders)
                 denials.append(Finding(check.policy, RULE, "enforce", message, check.field))
         return tuple(denials)

@@ -102,11 +102,14 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
 
 
 def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) -> None:
-    """What the pod charges to the ledger of each group an enforced cap counts it in (docs/quota.md).
+    """What the pod charges to the ledgers its enforced caps are judged in (docs/quota.md).
 
     Only a new pod with a uid (the validating webhook's, or a pod of the view
     being recounted): a charge is keyed by the uid, which kube-apiserver gives
-    the pod before validating admission.
+    the pod before validating admission. A team cap is judged in its team's
+    ledger, and so are the namespace caps of the team's namespaces (one
+    write admits the pod); a namespace no team cap of the rule covers has a
+    ledger of its own.
     """
     uid = str(_map(ctx.meta).get("uid") or "")
     if not uid:
@@ -114,15 +117,32 @@ def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) 
     gpus = tuple(sorted((name, n) for name, n in me.gpus.items() if n))
     holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus)
     where, field = ctx.where(), pointer(ctx.spec_path("containers"))
+    team = _team_ledger(cfg, ctx.ns_labels)
     charges = ctx.sink.charges
     if charges is None:
         charges = ctx.sink.charges = []
     for cap in caps:
         group = str(_covers(cap, me, ctx.ns_labels))
-        key = LedgerKey(cap.scope, group, cap.teamLabel if cap.scope == "team" else "", cfg.modelLabel)
-        check = CapCheck(ctx.policy.metadata.name, where, field, cap.resource, cap.model,
-                         tuple(cap.priorityClasses), cap.max, cfg.clusterUnavailable == "fail-closed")
+        if cap.scope == "team":
+            key, only = LedgerKey("team", group, cap.teamLabel, cfg.modelLabel), ""
+        elif team is not None:
+            key, only = team, group
+        else:
+            key, only = LedgerKey("namespace", group, "", cfg.modelLabel), ""
+        check = CapCheck(ctx.policy.metadata.name, where, field, cap.resource, cap.model, tuple(cap.priorityClasses),
+                         cap.max, cfg.clusterUnavailable == "fail-closed", cap.scope, group,
+                         cap.teamLabel if cap.scope == "team" else "", only)
         charges.append(Charge(key, uid, holding, (check,)))
+
+
+def _team_ledger(cfg: QuotaRule, ns_labels: Mapping[str, str]) -> LedgerKey | None:
+    """The ledger of the namespace's team when a team cap of the rule covers that team (whatever the
+    pod): the namespace's pods are charged there, so that their namespace caps are judged in it too."""
+    for cap in sorted((c for c in cfg.limits if c.scope == "team"), key=lambda c: c.teamLabel):
+        team = ns_labels.get(cap.teamLabel)
+        if team and (not cap.teams or team in cap.teams):
+            return LedgerKey("team", team, cap.teamLabel, cfg.modelLabel)
+    return None
 
 
 def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, matcher: resources.ResourceMatcher,
