@@ -3,9 +3,9 @@
 The real :class:`~webhook.cluster.ledger.Ledger` and
 :class:`~webhook.cluster.ledger_upkeep.Upkeep` of several replicas run
 against :class:`ModelApi`, an in-memory API server holding exactly what the
-ledger relies on of kube-apiserver (objects with a resourceVersion, merge
-patches refused with 409 when their precondition is stale, 404 for what
-does not exist; the e2e suite shows the real one does the same). Every
+ledger relies on of kube-apiserver (objects with a resourceVersion, replaces
+refused with 409 when their precondition is stale, 404 for what does not
+exist; the e2e suite shows the real one does the same). Every
 request the ledgers send waits until hypothesis picks it, so the order in
 which the replicas' reads and writes reach the "API server" is hypothesis's
 choice; so are which replica sees which ledger version (the watch), which
@@ -96,11 +96,12 @@ class ModelApi:
             raise ApiError(404, "not found")
         if method == "GET":
             return copy.deepcopy(current)
+        assert method == "PUT", method
         wanted = (body.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+        if wanted != current["metadata"]["resourceVersion"]:
             raise ApiError(409, "the object has been modified")
         changed = copy.deepcopy(current)
-        changed.setdefault("status", {})["charges"] = body["status"]["charges"]  # (merge patch: a string is replaced)
+        changed.setdefault("status", {})["charges"] = body["status"]["charges"]
         if changed == current:
             return copy.deepcopy(current)
         return self._store(name, changed)

@@ -4,8 +4,8 @@ A pod's charges (``webhook.policy.charges``) go to one GPUQuotaLedger object
 per ledger (``webhook.cluster.ledger_object``). Per object, one writer in
 this process takes every charge waiting for it, judges them in turn against
 the object as last known (a :class:`~webhook.policy.charges.Tally`), and
-writes those that fit in one merge patch whose ``resourceVersion`` is the
-one it judged against: kube-apiserver refuses it (409) if any other writer
+writes those that fit in one replace of the object whose ``resourceVersion``
+is the one it judged against: kube-apiserver refuses it (409) if any other writer
 (another replica) changed the object since, and the writer then reads the
 object again and judges the whole batch anew, after a short jittered pause,
 until the admission's budget runs out. A refusal is only answered from a
@@ -15,8 +15,7 @@ behind. That is how kube-apiserver's ResourceQuota plugin charges
 interleaving of requests or replicas can admit past a cap.
 
 Releases (a pod that finished, was deleted, never appeared, or whose other
-charge was refused) go through the same writer without a precondition:
-removing a charge never takes a cap past its maximum.
+charge was refused) go through the same writer, in the same writes.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ log = logging.getLogger(__name__)
 Seeder = Callable[[LedgerKey], Awaitable[Mapping[str, Holding]]]
 #: how long a write that no admission waits for (a release) may take
 BACKGROUND_TIMEOUT = 10.0
-_MERGE_PATCH = "application/merge-patch+json"
 
 
 class Settlement(NamedTuple):
@@ -102,8 +100,9 @@ class Ledger:
     def holds(self, uid: str) -> bool:
         return uid in self._where
 
-    def known(self, obj: Mapping[str, Any]) -> None:
-        """A version of a ledger object was seen (a watch event, a read, a write's answer): keep the newer."""
+    def known(self, obj: Mapping[str, Any], entries: dict[str, Entry] | None = None) -> None:
+        """A version of a ledger object was seen (a watch event, a read, a write's answer, whose
+        ``entries`` are known already): keep the newer."""
         name = str((obj.get("metadata") or {}).get("name") or "")
         key = ledger_object.key_of(obj)
         if key is None:
@@ -111,7 +110,8 @@ class Ledger:
         old = self._objects.get(name)
         if old is not None and not _newer(ledger_object.resource_version(obj), ledger_object.resource_version(old)):
             return  # (an optimisation only: a stale cache costs a conflict, never a wrong answer)
-        entries = ledger_object.entries(obj)
+        if entries is None:
+            entries = ledger_object.entries(obj)
         for uid in self._entries.get(name, {}).keys() - entries.keys():
             self._unplace(uid, name)
         for uid in entries:
@@ -219,11 +219,13 @@ class Ledger:
             self.metrics.corrections.labels("added").inc(len(seeded))
         return obj
 
-    async def patch(self, name: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-        obj = await self.session.request("PATCH", ledger_object.object_path(self.settings.namespace, name), body,
-                                         timeout=timeout, content_type=_MERGE_PATCH)
-        self.known(obj)
-        return obj
+    async def write(self, obj: Mapping[str, Any], charges: Mapping[str, Entry], timeout: float) -> Mapping[str, Any]:
+        """Replace the ledger object ``obj`` (as read) by one holding ``charges``; 409 if it changed since."""
+        name = str(obj["metadata"]["name"])
+        written = await self.session.request("PUT", ledger_object.object_path(self.settings.namespace, name),
+                                             ledger_object.with_charges(obj, charges), timeout=timeout)
+        self.known(written, dict(charges))
+        return written
 
     def pause(self, attempt: int) -> float:
         """Seconds before trying again: short, growing, jittered (replicas that collided spread out)."""
@@ -294,9 +296,7 @@ class _Writer:
                     continue
                 if added or released:
                     # the whole ledger, as it was judged, or refused if anyone changed it since
-                    body = ledger_object.charges_patch(ledger_object.resource_version(obj),
-                                                       ledger_object.changed(entries, added, released))
-                    await ledger.patch(self.name, body, timeout)
+                    await ledger.write(obj, ledger_object.changed(entries, added, released), timeout)
                     for uid in released:
                         ledger.metrics.releases.labels(releases[uid]).inc()
                 self.failing = ""

@@ -17,10 +17,10 @@ One string rather than a map of objects: kube-apiserver tracks the owner of
 every field of an object it stores (managedFields), which for a map of
 charges costs each write time in proportion to the square of its size
 (~200 ms a write at 300 pods, 16 ms for a map of strings; 4 ms as one
-string). Each write replaces the whole string, read, changed and written
-with the ``resourceVersion`` it was read at as a precondition:
-kube-apiserver answers 409 Conflict when any other writer (another
-replica) changed the object since. The CRD is
+string). Each write replaces the object (PUT) as it was read, with its
+charges changed and the ``resourceVersion`` it was read at as a
+precondition: kube-apiserver answers 409 Conflict when any other writer
+(another replica) changed the object since. The CRD is
 deploy/base/quota-ledger-crd.yaml.
 """
 
@@ -155,9 +155,14 @@ def text_of(charges: Mapping[str, Entry]) -> str:
     return "".join(f"{uid} {_encoded(entry)}\n" for uid, entry in charges.items())
 
 
-def charges_patch(resource_version_: str, charges: Mapping[str, Entry]) -> Object:
-    """The ledger's charges replaced by ``charges`` if the object is still at ``resource_version_`` (else 409)."""
-    return {"metadata": {"resourceVersion": resource_version_}, "status": {"charges": text_of(charges)}}
+def with_charges(obj: Mapping[str, Any], charges: Mapping[str, Entry]) -> Object:
+    """``obj`` (as read, with its resourceVersion: the write's precondition) holding ``charges`` instead:
+    the body of a replace (PUT), which kube-apiserver refuses with 409 if the object changed since.
+    (A replace costs it ~1 ms less than a merge patch of the same string: no patch to apply.)"""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    status = dict(obj.get("status") or {})
+    status["charges"] = text_of(charges)
+    return {**obj, "metadata": meta, "status": status}
 
 
 def changed(current: Mapping[str, Entry], added: Mapping[str, Entry], released: Iterable[str]) -> dict[str, Entry]:

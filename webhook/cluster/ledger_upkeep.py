@@ -149,8 +149,7 @@ class Upkeep:
             if not added and not removed:
                 return
             try:
-                await ledger.patch(name, ledger_object.charges_patch(
-                    ledger_object.resource_version(obj), ledger_object.changed(entries, added, removed)), 10.0)
+                await ledger.write(obj, ledger_object.changed(entries, added, removed), 10.0)
             except ApiError as exc:
                 if exc.status != 409 or attempt == attempts - 1:
                     raise
