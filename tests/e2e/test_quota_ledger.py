@@ -90,6 +90,10 @@ async def test_twelve_writers_at_once_admit_exactly_the_cap_each_request_decided
     key = _key()
     replicas = Replicas(admin, namespace, 12, budget=3.0)
     async with replicas as ledgers:
+        # every replica reads the ledger first (a dry run's answer comes from a fresh read): all twelve
+        # then judge against the same version, and all but one of their first writes must be refused
+        for ledger in ledgers:
+            assert not (await ledger.settle([_charge(key)], True)).denials
         asks = [(ledger, _charge(key)) for ledger in ledgers for _ in range(8)]  # 96 pods, 8 per replica
         results = await asyncio.gather(*(_timed(ledger.settle([charge], False)) for ledger, charge in asks))
     # they raced: writes refused for another's, judged again

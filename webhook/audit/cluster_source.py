@@ -18,6 +18,7 @@ from typing import Any
 
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
 from webhook.cluster import ApiClient, ClusterConfigError, kinds, ledger_object, listing, load_api_client, pods
+from webhook.cluster.discovery import served_resources
 from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
@@ -68,7 +69,10 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
     labels: dict[str, dict[str, str]] = {}
     audited: set[str] = set()
     kept: list[dict[str, Any]] = []
+    served = served_resources(api_client)  # (resource.k8s.io/v1 from Kubernetes 1.34: an older one has no claims)
     for resource in RESOURCES:
+        if resource not in served:
+            continue
         kind = kinds.KINDS[resource]
         shape = kinds.shaper(kind, pods.is_gpu_resource)
         if resource == "pods":
