@@ -36,6 +36,7 @@ from webhook.cluster import ledger_object
 from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.ledger_upkeep import Upkeep
 from webhook.cluster.session import ApiError
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
@@ -100,8 +101,8 @@ class ModelApi:
         wanted = (body.get("metadata") or {}).get("resourceVersion")
         if wanted != current["metadata"]["resourceVersion"]:
             raise ApiError(409, "the object has been modified")
-        changed = copy.deepcopy(current)
-        changed.setdefault("status", {})["charges"] = body["status"]["charges"]
+        changed = copy.deepcopy(body)  # (a replace: the object sent, its metadata kept by the server)
+        changed["metadata"] = copy.deepcopy(current["metadata"])
         if changed == current:
             return copy.deepcopy(current)
         return self._store(name, changed)
@@ -114,11 +115,11 @@ class ModelApi:
         return copy.deepcopy(stored)
 
     def charged(self) -> dict[str, Any]:
-        obj = self.objects.get(ledger_object.name_of(KEY))
-        return dict(ledger_object.entries(obj or {}))
+        """What the ledger holds, both its parts read."""
+        return dict(ledger_object.effective(list(self.objects.values())).get(KEY, {}))
 
 
-class _Ledger(Ledger):
+class _Store(LedgerStore):
     def pause(self, attempt: int) -> float:
         return 0.0  # (hypothesis orders the requests; a real pause would only slow the test)
 
@@ -178,7 +179,7 @@ async def _quiet() -> None:
 
 
 ACTIONS = st.lists(st.tuples(
-    st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "sweep", "recount"]),
+    st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "sweep", "recount", "settle"]),
     st.integers(0, 1000), st.booleans()), min_size=30, max_size=90)
 
 
@@ -188,10 +189,11 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int) -> None:
     ledgers: list[Ledger] = []
     upkeeps: list[Upkeep] = []
     for _ in range(replicas):
-        replica = _Ledger(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6),  # type: ignore[arg-type]
-                          LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: clock[0], rng=random.Random(0))
+        store = _Store(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6),  # type: ignore[arg-type]
+                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: clock[0], rng=random.Random(0))
+        replica = Ledger(store)
         upkeep = _Upkeep(replica, ModelIndex(api), lambda: None)  # type: ignore[arg-type, return-value]
-        replica.seeder = upkeep.seed
+        store.seeder = upkeep.seed
         ledgers.append(replica)
         upkeeps.append(upkeep)
     world = World(api, ledgers, upkeeps, clock)
@@ -207,7 +209,10 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int) -> None:
             api.answer(pick % len(api.pending))
         elif action == "watch" and api.objects:  # a replica's watch delivers the ledger as it is now
             for obj in api.objects.values():
-                ledgers[pick % replicas].known(copy.deepcopy(obj))
+                ledgers[pick % replicas].store.known(copy.deepcopy(obj))
+        elif action == "settle":  # a replica moves what its view shows stored to the settled part
+            mover = upkeeps[pick % replicas]
+            world.tasks[f"settle-{len(world.tasks)}"] = asyncio.ensure_future(mover.ledger.store.settle(KEY, mover._stored))
         elif action == "finish":
             running = sorted(k for k, p in api.pods.items() if p["status"]["phase"] == "Running")
             if running:
@@ -230,9 +235,9 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int) -> None:
     await _drain(world, stores)
     for each in ledgers:
         for obj in api.objects.values():
-            each.known(copy.deepcopy(obj))
+            each.store.known(copy.deepcopy(obj))
     clock[0] += WINDOW + 1
-    for step in (upkeeps[0].sweep(), upkeeps[0].recount()):
+    for step in (upkeeps[0].sweep(), upkeeps[0].ledger.store.settle(KEY, upkeeps[0]._stored), upkeeps[0].recount()):
         task = asyncio.ensure_future(step)
         while not task.done():
             await _quiet()

@@ -22,6 +22,7 @@ from tests.support import POLICIES, free_port
 from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiSession
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
@@ -63,7 +64,7 @@ async def _ledger(port: int) -> AsyncIterator[tuple[Ledger, CollectorRegistry]]:
     registry = CollectorRegistry()
     session = ApiSession(configuration)
     async with session.running():
-        yield Ledger(session, LedgerSettings(budget=BUDGET), LedgerMetrics(registry, 90.0)), registry
+        yield Ledger(LedgerStore(session, LedgerSettings(budget=BUDGET), LedgerMetrics(registry, 90.0))), registry
 
 
 @pytest.mark.parametrize("where", ["refused", "hanging"])

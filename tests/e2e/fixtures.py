@@ -175,14 +175,14 @@ def ledgers(admin: Kube) -> list[dict[str, Any]]:
 
 
 def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
-    """The charges of one ledger, by pod uid ({} before the ledger exists)."""
-    for obj in ledgers(admin):
-        if obj["spec"]["scope"] == scope and obj["spec"]["group"] == group:
-            return ledger_object.entries(obj)
+    """What one ledger holds, by pod uid ({} before the ledger exists)."""
+    for key, held in ledger_object.effective(ledgers(admin)).items():
+        if key.scope == scope and key.group == group:
+            return held
     return {}
 
 
 def charged(admin: Kube, namespace: str) -> dict[str, ledger_object.Entry]:
     """The charges of one namespace's pods, in whichever ledger holds them (its team's, or its own)."""
-    return {uid: entry for obj in ledgers(admin) for uid, entry in ledger_object.entries(obj).items()
+    return {uid: entry for held in ledger_object.effective(ledgers(admin)).values() for uid, entry in held.items()
             if entry.holding.namespace == namespace}

@@ -29,7 +29,7 @@ from tests.e2e import denying_webhook
 from tests.e2e.admission import QUOTA_WINDOW, Admission
 from tests.e2e.apiserver import REPO
 from tests.e2e.conftest import Burst
-from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, pod, wait_for_view
+from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, ledgers, pod, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from webhook.cluster import ledger_object
 from webhook.cluster.ledger_object import Entry
@@ -90,6 +90,9 @@ def test_24_pods_at_once_into_a_teams_two_namespaces_fill_its_cap_of_8_exactly(a
     # the charges of stored pods stay past the window: the cap stays full
     time.sleep(QUOTA_WINDOW + 2)
     assert set(ledger(admin, "team", team)) == uids
+    # and they were settled: moved out of the part admission writes, which stays small
+    parts = [p for p in map(ledger_object.read, ledgers(admin)) if p is not None and p.key.group == team]
+    assert {p.part: set(p.charges) for p in parts} == {ledger_object.RECENT: set(), ledger_object.SETTLED: uids}
     with pytest.raises(Refused) as refused:
         admin.create(pod("one-more", a, gpu_container()))
     assert f"team {team} (team={team}) uses 8 of 8 nvidia.com/gpu" in refused.value.message, refused.value.message

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from tests.e2e.admission import Admission
@@ -24,6 +25,7 @@ from webhook.cluster import ledger_object
 from webhook.cluster.ledger import Ledger, Settlement
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiSession
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 
@@ -51,7 +53,7 @@ class Replicas:
     async def __aenter__(self) -> list[Ledger]:
         for registry in self.registries:
             session = await self._stack.enter_async_context(ApiSession(self.admin.api.configuration).running())
-            self.ledgers.append(Ledger(session, self.settings, LedgerMetrics(registry, self.settings.window)))
+            self.ledgers.append(Ledger(LedgerStore(session, self.settings, LedgerMetrics(registry, self.settings.window))))
         return self.ledgers
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -71,11 +73,10 @@ def _charge(key: LedgerKey, cap: int = 8, gpus: int = 1, namespace: str = "ml-a"
 
 
 def _stored(admin: Kube, namespace: str, key: LedgerKey) -> dict[str, Any]:
-    try:
-        obj = admin.get(ledger_object.API_VERSION, ledger_object.KIND, ledger_object.name_of(key), namespace)
-    except Exception:  # noqa: BLE001 - not created
-        return {}
-    return dict(ledger_object.entries(obj))
+    """What the ledger holds, both its parts read."""
+    listed = client.CustomObjectsApi(admin.api).list_namespaced_custom_object(
+        ledger_object.GROUP, ledger_object.VERSION, namespace, ledger_object.PLURAL)
+    return dict(ledger_object.effective(listed["items"]).get(key, {}))  # type: ignore[index]
 
 
 async def _timed(coroutine: Any) -> tuple[Settlement, float]:
@@ -128,7 +129,7 @@ async def test_a_deleted_ledger_object_comes_back_with_the_pods_the_view_shows(a
         return held
 
     async with Replicas(admin, namespace, 1) as (ledger,):
-        ledger.seeder = seed
+        ledger.store.seeder = seed
         assert (await ledger.settle([_charge(key, cap=4)], False)).charged  # created with the 3, then 1 more
         admin.delete({"apiVersion": ledger_object.API_VERSION, "kind": ledger_object.KIND,
                       "metadata": {"name": ledger_object.name_of(key), "namespace": namespace}})

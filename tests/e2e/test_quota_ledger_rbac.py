@@ -59,7 +59,8 @@ def test_a_namespace_editor_cannot_free_quota_by_editing_the_ledger(admin: Kube,
     assert len(charges) == 5
     custom = client.CustomObjectsApi(user.api)
     # the namespace's charges are in its team's ledger (its namespace cap is judged there)
-    name = next(o["metadata"]["name"] for o in ledgers(admin) if set(ledger_object.entries(o)) & set(charges))
+    (key,) = {k for k, held in ledger_object.effective(ledgers(admin)).items() if set(held) & set(charges)}
+    name = ledger_object.name_of(key)
     attempts = {
         "patch": lambda: custom.patch_namespaced_custom_object(
             ledger_object.GROUP, ledger_object.VERSION, NAMESPACE, ledger_object.PLURAL, name,

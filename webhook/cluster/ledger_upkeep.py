@@ -32,6 +32,7 @@ from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_object import Entry
 from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.policy.charges import Holding, LedgerKey
@@ -46,6 +47,12 @@ KIND = kinds.Kind(ledger_object.PLURAL, ledger_object.KIND, ledger_object.API_VE
 #: event-driven releases wait up to this long (at random), so that of the replicas that all saw the
 #: pod go, one usually writes and the others find the charge gone already
 RELEASE_SPREAD = 0.25
+#: the upkeep's beat (at most; a shorter sweep interval beats faster)
+TICK = 1.0
+#: a ledger is settled once its recent part holds this many charges of stored pods or released ones,
+#: or after this many seconds since it was last settled: admission writes stay small, the settled
+#: part is written at most once per batch
+SETTLE_BATCH, SETTLE_AFTER = 32, 5.0
 
 
 class Upkeep:
@@ -56,6 +63,7 @@ class Upkeep:
         self._recount_due = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
+        self._settled_at: dict[LedgerKey, float] = {}
 
     # ------------------------------------------------------------ what a new ledger starts with
 
@@ -73,15 +81,20 @@ class Upkeep:
     # ------------------------------------------------------------ the loops
 
     async def run(self) -> None:
-        """Sweep every few seconds, recount every ``recount`` seconds or when due, until cancelled."""
+        """Settle and sweep every few seconds, recount every ``recount`` seconds or when due, until cancelled."""
         self._loop = asyncio.get_running_loop()
         settings = self.ledger.settings
-        next_recount = self._loop.time() + settings.recount
+        now = self._loop.time()
+        next_sweep, next_recount = now + settings.sweep, now + settings.recount
         while True:
+            # replicas tick out of step: fewer of them try to settle one ledger at the same moment
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._recount_due.wait(), settings.sweep)
+                await asyncio.wait_for(self._recount_due.wait(), min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2))
             try:
-                await self.sweep()
+                await self.settle()
+                if self._loop.time() >= next_sweep:
+                    next_sweep = self._loop.time() + settings.sweep
+                    await self.sweep()
                 if self._recount_due.is_set() or self._loop.time() >= next_recount:
                     self._recount_due.clear()
                     next_recount = self._loop.time() + settings.recount
@@ -89,16 +102,43 @@ class Upkeep:
             except Exception:  # noqa: BLE001 - the upkeep must outlive any one failure
                 log.exception("GPU quota ledger upkeep failed")
 
+    async def settle(self) -> None:
+        """Settle the ledgers whose recent part holds enough charges of pods seen stored (or released
+        charges), or has held some for a while: admission's writes stay small."""
+        if not self.index.availability("pods").known:
+            return
+        store, now = self.ledger.store, self.ledger.store.now()
+        for key in list(store.holdings()):
+            recent = store.recent(key)
+            if recent is None:
+                continue
+            ready = sum(1 for uid, entry in recent.charges.items() if self._stored(uid, entry))
+            due = ready + len(recent.released)
+            if not due:
+                continue
+            if due < SETTLE_BATCH and now - self._settled_at.get(key, 0.0) < SETTLE_AFTER:
+                continue
+            self._settled_at[key] = now
+            try:
+                await store.settle(key, self._stored)
+            except ApiError as exc:
+                log.warning("settling the GPU quota ledger of %s failed: %s", key.describe(), exc)
+
+    def _stored(self, uid: str, entry: Entry) -> bool:
+        """The view shows this very pod: its charge may be settled."""
+        pod = self.index.pod(entry.holding.namespace, entry.holding.name)
+        return pod is not None and recount.uid_of(pod) == uid
+
     async def sweep(self) -> None:
         """Release the charges of pods that finished, and of pods not seen within the window and not found."""
         if not self.index.availability("pods").known:
             return
         ledger = self.ledger
-        now, window = ledger.now(), ledger.settings.window
+        now, window = ledger.store.now(), ledger.settings.window
         finished: set[str] = set()
         overdue: dict[str, Holding] = {}
         in_flight = 0
-        for entries in ledger.entries().values():
+        for entries in ledger.store.holdings().values():
             for uid, entry in entries.items():
                 pod = self.index.pod(entry.holding.namespace, entry.holding.name)
                 if pod is not None and recount.uid_of(pod) == uid:
@@ -118,7 +158,8 @@ class Upkeep:
     async def _exists(self, namespace: str, name: str, uid: str) -> bool:
         """Whether the pod exists and holds its GPUs, read from the API server (the view may lag)."""
         try:
-            pod = await self.ledger.session.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=5.0)
+            pod = await self.ledger.store.session.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                                          timeout=5.0)
         except ApiError as exc:
             return exc.status != 404  # unknown: kept until the next sweep
         return recount.uid_of(pod) == uid and recount.live(pod)
@@ -127,7 +168,7 @@ class Upkeep:
         """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
         if not self._view_known():
             return
-        for key in list(self.ledger.entries()):
+        for key in list(self.ledger.store.holdings()):
             try:
                 await self._recount(key)
             except ApiError as exc:
@@ -136,28 +177,31 @@ class Upkeep:
     async def _recount(self, key: LedgerKey, attempts: int = 3) -> None:
         """One ledger, written against the version it was recounted from: a charge released meanwhile is
         not put back (the write is refused, and the recount done again)."""
-        ledger, name = self.ledger, ledger_object.name_of(key)
+        store = self.ledger.store
         for attempt in range(attempts):
             # the ledger first, then the view: a pod that goes after the view was read is released by a
             # write the precondition below sees, and one that went before is not in the view
-            obj = await ledger.current(key, name, True, 10.0)
+            obj, recent = await store.current(key, True, 10.0)
+            settled = await store.settled(key, recent.generation, 10.0, fresh=True) if recent.generation else None
+            held = ledger_object.holdings(recent, settled)
             expected = await self.seed(key)
-            entries = ledger_object.entries(obj)
-            now = ledger.now()
-            added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in entries}
-            removed = [uid for uid, entry in entries.items() if uid not in expected and self._seen_live(uid, entry)]
+            now = store.now()
+            added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in held}
+            removed = {uid for uid, entry in held.items() if uid not in expected and self._seen_live(uid, entry)}
             if not added and not removed:
                 return
+            charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
+            charges.update(added)
             try:
-                await ledger.write(obj, ledger_object.changed(entries, added, removed), 10.0)
+                await store.write(obj, charges, recent.released | removed)
             except ApiError as exc:
                 if exc.status != 409 or attempt == attempts - 1:
                     raise
                 continue
-            ledger.metrics.corrections.labels("added").inc(len(added))
-            ledger.metrics.corrections.labels("removed").inc(len(removed))
+            store.metrics.corrections.labels("added").inc(len(added))
+            store.metrics.corrections.labels("removed").inc(len(removed))
             if removed:
-                ledger.metrics.releases.labels("recount").inc(len(removed))
+                store.metrics.releases.labels("recount").inc(len(removed))
             log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
                      key.describe(), len(added), len(removed))
             return
@@ -251,20 +295,20 @@ class LedgerFollower:
 
     def put(self, obj: Object) -> None:
         self._names.add(str((obj.get("metadata") or {}).get("name") or ""))
-        self._upkeep.on_loop(self._upkeep.ledger.known, obj)
+        self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
 
     def discard(self, namespace: str, name: str) -> None:
         self._names.discard(name)
-        self._upkeep.on_loop(self._upkeep.ledger.forget, name)
+        self._upkeep.on_loop(self._upkeep.ledger.store.forget, name)
 
     def replace(self, objects: Iterable[Object]) -> None:
         listed = list(objects)
         names = {str((o.get("metadata") or {}).get("name") or "") for o in listed}
         for name in self._names - names:
-            self._upkeep.on_loop(self._upkeep.ledger.forget, name)
+            self._upkeep.on_loop(self._upkeep.ledger.store.forget, name)
         self._names = names
         for obj in listed:
-            self._upkeep.on_loop(self._upkeep.ledger.known, obj)
+            self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
 
 
 @contextlib.asynccontextmanager
@@ -276,9 +320,9 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     metrics = LedgerMetrics(registry, settings.window)
     session = ApiSession(api_client.configuration)
     async with session.running():
-        ledger = Ledger(session, settings, metrics)
+        ledger = Ledger(LedgerStore(session, settings, metrics))
         upkeep = Upkeep(ledger, index, policies)
-        ledger.seeder = upkeep.seed
+        ledger.store.seeder = upkeep.seed
         index.follow("pods", PodFollower(upkeep))
         index.follow("namespaces", NamespaceFollower(upkeep))
         custom = client.CustomObjectsApi(api_client)
