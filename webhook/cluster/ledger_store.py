@@ -59,6 +59,11 @@ class LedgerStore:
     def recent(self, key: LedgerKey) -> Part | None:
         return self._cached(key, RECENT)
 
+    def settled_size(self, key: LedgerKey) -> int:
+        """How many charges the ledger's settled part holds, as last known."""
+        settled = self._cached(key, SETTLED)
+        return len(settled.charges) if settled is not None else 0
+
     def _cached(self, key: LedgerKey, part: str) -> Part | None:
         found = self._parts.get(ledger_object.name_of(key, part))
         return found[1] if found is not None else None

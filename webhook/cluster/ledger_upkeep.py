@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -49,9 +50,8 @@ KIND = kinds.Kind(ledger_object.PLURAL, ledger_object.KIND, ledger_object.API_VE
 RELEASE_SPREAD = 0.25
 #: the upkeep's beat (at most; a shorter sweep interval beats faster)
 TICK = 1.0
-#: a ledger is settled once its recent part holds this many charges of stored pods or released ones,
-#: or after this many seconds since it was last settled: admission writes stay small, the settled
-#: part is written at most once per batch
+#: a ledger is settled once its recent part holds this many charges of stored pods or released ones
+#: (more for a large ledger: _batch), or after this many seconds since it was last settled
 SETTLE_BATCH, SETTLE_AFTER = 32, 5.0
 
 
@@ -116,7 +116,7 @@ class Upkeep:
             due = ready + len(recent.released)
             if not due:
                 continue
-            if due < SETTLE_BATCH and now - self._settled_at.get(key, 0.0) < SETTLE_AFTER:
+            if due < _batch(store, key) and now - self._settled_at.get(key, 0.0) < SETTLE_AFTER:
                 continue
             self._settled_at[key] = now
             try:
@@ -227,6 +227,15 @@ class Upkeep:
         """On the loop: release these pods' charges after a short random wait."""
         delay = self._rng.uniform(0, RELEASE_SPREAD)
         asyncio.get_running_loop().call_later(delay, self.ledger.release_pods, uids, reason)
+
+
+def _batch(store: LedgerStore, key: LedgerKey) -> int:
+    """How many charges to settle at once. Admission rewrites the recent part for every batch of
+    charges (its cost grows with the charges it holds: half a batch on average), and each settling
+    rewrites the settled part (its cost grows with the pods the ledger holds, N): both together are
+    least for a batch of about sqrt(2 N) (and a write's fixed cost), 32 at the least."""
+    settled = store.settled_size(key)
+    return max(SETTLE_BATCH, math.isqrt(2 * settled))
 
 
 class PodFollower:
