@@ -160,6 +160,17 @@ def register_node(admin: Kube, admission: Admission, node: Object, *, ready: boo
     return stored
 
 
+def native_quota(admin: Kube, admission: Admission, namespace: str, gpus: int) -> Object:
+    """A ResourceQuota of ``gpus`` on requests.nvidia.com/gpu, with the status the quota controller would
+    write (without one, kube-apiserver refuses every pod there), held by the server's view."""
+    quota = admin.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": namespace},
+                          "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus)}}})
+    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": str(gpus)},
+                                   "used": {"requests.nvidia.com/gpu": "0"}}}, subresource="status")
+    wait_for_view(admin, admission, "resourcequotas", "v1", "ResourceQuota")
+    return quota
+
+
 def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version: str, kind: str) -> None:
     """Until the server's cluster view holds as many ``resource`` as the apiserver lists."""
     want = len(admin.list(api_version, kind))

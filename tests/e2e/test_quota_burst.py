@@ -29,7 +29,7 @@ from tests.e2e import denying_webhook
 from tests.e2e.admission import QUOTA_WINDOW, Admission
 from tests.e2e.apiserver import REPO
 from tests.e2e.conftest import Burst
-from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, ledgers, pod, wait_for_view
+from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, ledgers, native_quota, pod
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from webhook.cluster import ledger_object
 from webhook.cluster.ledger_object import Entry
@@ -137,13 +137,7 @@ def test_pods_a_resource_quota_refuses_after_their_charge_give_it_back_and_the_c
     admin: Kube, admission: Admission, burst: Burst
 ) -> None:
     (namespace,) = burst()
-    quota = admin.create({"apiVersion": "v1", "kind": "ResourceQuota",
-                          "metadata": {"name": "gpus", "namespace": namespace},
-                          "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
-    # what the quota controller would do: without a status, kube-apiserver refuses every pod here
-    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": "2"}, "used": {"requests.nvidia.com/gpu": "0"}}},
-                subresource="status")
-    wait_for_view(admin, admission, "resourcequotas", "v1", "ResourceQuota")
+    quota = native_quota(admin, admission, namespace, 2)
     made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(5)])
     assert len(made) == 2, refusals  # the ResourceQuota plugin, after the webhooks, is exact too
     kept = {p["metadata"]["uid"] for p in made}

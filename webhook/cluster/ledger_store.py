@@ -111,13 +111,8 @@ class LedgerStore:
         name = ledger_object.name_of(key)
         if not fresh and name in self._parts:
             return self._parts[name]
-        obj: Object
-        try:
-            obj = await self.session.request("GET", self._path(name), timeout=timeout)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            self.forget(name)
+        obj = await self._read(name, timeout)
+        if obj is None:
             obj = await self._create(key, timeout)
         self.known(obj)
         return self._parts[name]
@@ -128,30 +123,37 @@ class LedgerStore:
         cached = self._cached(key, SETTLED)
         if cached is not None and cached.generation >= generation and not fresh:
             return cached
-        name = ledger_object.name_of(key, SETTLED)
+        obj = await self._read(ledger_object.name_of(key, SETTLED), timeout)
+        return self.known(obj) if obj is not None else None
+
+    async def _read(self, name: str, timeout: float) -> Object | None:
+        """A ledger object read now; None (and forgotten) when it does not exist."""
         try:
-            obj = await self.session.request("GET", self._path(name), timeout=timeout)
+            return await self.session.request("GET", self._path(name), timeout=timeout)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             self.forget(name)
             return None
-        return self.known(obj)
 
     async def _create(self, key: LedgerKey, timeout: float) -> Object:
         seeded = await self.seeder(key) if self.seeder is not None else {}
         now = self._clock()
         body = ledger_object.new_object(key, self.settings.namespace, {u: Entry(h, now) for u, h in seeded.items()})
-        try:
-            obj = await self.session.request("POST", ledger_object.collection_path(self.settings.namespace), body,
-                                             timeout=timeout)
-        except ApiError as exc:
-            if exc.status != 409:  # another replica created it first
-                raise
-            return await self.session.request("GET", self._path(ledger_object.name_of(key)), timeout=timeout)
-        if seeded:
+        obj, created = await self._post(body, timeout)
+        if seeded and created:
             self.metrics.corrections.labels("added").inc(len(seeded))
         return obj
+
+    async def _post(self, body: Object, timeout: float) -> tuple[Object, bool]:
+        """Create a ledger object; the one another replica created first when it exists: (it, created)."""
+        try:
+            return await self.session.request("POST", ledger_object.collection_path(self.settings.namespace), body,
+                                              timeout=timeout), True
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            return await self.session.request("GET", self._path(str(body["metadata"]["name"])), timeout=timeout), False
 
     # ------------------------------------------------------------ writes
 
@@ -221,19 +223,9 @@ class LedgerStore:
     async def _settled_object(self, key: LedgerKey, timeout: float) -> tuple[Object, Part]:
         """The settled part, read now; created empty when there is none."""
         name = ledger_object.name_of(key, SETTLED)
-        try:
-            obj = await self.session.request("GET", self._path(name), timeout=timeout)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            body = ledger_object.new_object(key, self.settings.namespace, part=SETTLED)
-            try:
-                obj = await self.session.request("POST", ledger_object.collection_path(self.settings.namespace), body,
-                                                 timeout=timeout)
-            except ApiError as again:
-                if again.status != 409:
-                    raise
-                obj = await self.session.request("GET", self._path(name), timeout=timeout)
+        obj = await self._read(name, timeout)
+        if obj is None:
+            obj, _ = await self._post(ledger_object.new_object(key, self.settings.namespace, part=SETTLED), timeout)
         part = self.known(obj) or ledger_object.read(obj)
         assert part is not None
         return self._parts.get(name, (obj, part))
