@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-scale bench-index bench-server bench-instructions soak registry-tools kubectl
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions soak registry-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,11 @@ bench-index: $(STAMP)
 bench-server: compiled
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/server.py
+
+# what the GPU quota ledger adds to a pod's creation through a real kube-apiserver (caps on vs off), and a
+# burst of 64 pods under one team cap (the server as the image runs it: the policy core compiled)
+bench-quota: compiled
+	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/quota.py
 
 # instructions per admission, counted by valgrind (Debian package valgrind), on the compiled core
 bench-instructions: compiled

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import __version__, certs
+from webhook.cluster import ledger_settings
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
 from webhook.registry import flags
@@ -105,6 +106,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
     flags.add_arguments(p, "admission waits at most --registry-budget-ms, then resolves in the background")
     p.add_argument("--registry-budget-ms", type=int, default=300, help="what admission waits for unknown images")
+    ledger_settings.add_arguments(p, _positive_seconds)
     p.set_defaults(func=_serve)
 
 

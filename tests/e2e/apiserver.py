@@ -43,6 +43,7 @@ ADMIN_TOKEN = "e2e-admin-token"
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ADMIN_TOKEN: ("e2e-admin", ("system:masters",)),
     "e2e-namespace-editor-token": ("e2e-namespace-editor", ()),
+    "e2e-team-editor-token": ("e2e-team-editor", ()),
 }
 
 

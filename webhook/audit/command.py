@@ -59,6 +59,8 @@ def _cluster_options(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--cluster", action="store_true",
                    help="read the live cluster; without PATHs, audit the workloads of opted-in namespaces")
     connection.add_connection_arguments(g)
+    g.add_argument("--quota-namespace",
+                   help="with --cluster: where the GPU quota ledgers are (default: serve's --quota-namespace default)")
 
 
 def _output_options(g: argparse._ArgumentGroup) -> None:
@@ -154,11 +156,14 @@ def _sources(
     """The view, and the documents to audit."""
     if args.cluster:
         from webhook.audit import cluster_source
+        from webhook.cluster.ledger_settings import LedgerSettings
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths,
+            ledger_namespace=args.quota_namespace or LedgerSettings.namespace,
         )
+        notes.extend(cluster.notes)
         if not args.paths:
             return cluster.view, cluster_source.workloads(cluster, policies, notes, args.page_size)
         view: ClusterView = cluster.view

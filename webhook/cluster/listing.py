@@ -75,6 +75,17 @@ def workload_lister(api_client: client.ApiClient, group: str, kind: str) -> Call
     return lister
 
 
+def namespaced_lister(api_client: client.ApiClient, group: str, version: str, plural: str,
+                      namespace: str) -> Callable[..., Any]:
+    """The list call of a custom resource in one namespace (the GPU quota ledgers)."""
+    custom = client.CustomObjectsApi(api_client)
+
+    def lister(**options: Any) -> Any:
+        return custom.list_namespaced_custom_object(group, version, namespace, plural, **options)
+
+    return lister
+
+
 def _discover(api_client: client.ApiClient, group: str, kind: str) -> tuple[str, str] | None:
     """(preferred version, plural) of a custom kind, through API discovery."""
     try:

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,18 +15,23 @@ from pathlib import Path
 from aiohttp import web
 
 from webhook.cluster import ClusterIndex
+from webhook.cluster.ledger import Ledger
 from webhook.errors import CertificateError
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView
 from webhook.server import evaluation, handlers, keys
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
+from webhook.policy.loader import PolicySet
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
 from webhook.view.protocol import ClusterView
 from webhook.view.snapshot import EMPTY_VIEW
 
 log = logging.getLogger(__name__)
+
+#: runs the GPU quota ledger beside the cluster index: (index, the policies in force, metrics) → the ledger
+LedgerBuilder = Callable[[ClusterIndex, Callable[[], PolicySet], Metrics], AbstractAsyncContextManager[Ledger]]
 
 @dataclass(frozen=True)
 class AppConfig:
@@ -46,6 +52,7 @@ def create_app(
     metrics: Metrics | None = None,
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
     images: ResolverSettings | None = None,
+    ledger: LedgerBuilder | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
@@ -54,6 +61,8 @@ def create_app(
     has synced, and it answers the rules' cluster questions. Without it the
     rules see ``view`` (default: an empty cluster). ``images`` turns on the
     registry resolver: admission waits for unknown images at most its budget.
+    ``ledger`` (with ``cluster``) runs the GPU quota ledger, which charges a
+    pod's enforced GPU caps in the API server before it is allowed.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies)
@@ -76,7 +85,7 @@ def create_app(
         app[keys.TLS] = tls
         _export_cert_expiry(app, tls)
     if cluster is not None:
-        app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync))
+        app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync, ledger))
     if images is not None:  # after the cluster: it wraps the view the cluster index set
         app.cleanup_ctx.append(_registry_ctx(images))
     app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
@@ -146,20 +155,24 @@ def _export_cert_expiry(app: web.Application, tls: ReloadingTLS) -> None:
 
 
 def _cluster_ctx(
-    build: Callable[[Metrics], ClusterIndex], freeze_gc: bool
+    build: Callable[[Metrics], ClusterIndex], freeze_gc: bool, ledger: LedgerBuilder | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         index = build(app[keys.METRICS])
         app[keys.VIEW] = lambda: index
         app[keys.READY_CHECKS].append(lambda: "" if index.synced() else f"cluster view not synced: {_unsynced(index)}")
-        await index.start()
-        freezer = asyncio.create_task(_freeze_gc_when_synced(index)) if freeze_gc else None
-        try:
-            yield
-        finally:
-            if freezer is not None:
-                freezer.cancel()
-            await index.stop()
+        async with contextlib.AsyncExitStack() as stack:
+            if ledger is not None:  # (before the index starts: it follows the index's pods)
+                store = app[keys.STORE]
+                app[keys.LEDGER] = await stack.enter_async_context(ledger(index, lambda: store.current, app[keys.METRICS]))
+            await index.start()
+            freezer = asyncio.create_task(_freeze_gc_when_synced(index)) if freeze_gc else None
+            try:
+                yield
+            finally:
+                if freezer is not None:
+                    freezer.cancel()
+                await index.stop()
 
     return ctx
 

@@ -16,7 +16,7 @@ from webhook.errors import RequestBodyError, ReviewError
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
 from webhook.registry.resolver import unknown_images
-from webhook.server import evaluation, keys
+from webhook.server import charging, evaluation, keys
 from webhook.server.body import read_body
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,12 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
         metrics.reject(outcome.refused)
-    decision, payload = _answer(parsed, outcome.decision, phase, limits.max_patch_bytes)
+    decision = outcome.decision
+    if decision.charges:  # a new pod under enforced GPU caps: charged to the ledger before it is allowed
+        ledger = app.get(keys.LEDGER)
+        if ledger is not None:
+            decision = await charging.settle(ledger, parsed.request, decision)
+    decision, payload = _answer(parsed, decision, phase, limits.max_patch_bytes)
     _observe(app, endpoint, parsed, decision, outcome.refused)
     metrics.observe_latency(endpoint, time.perf_counter() - started)
     return _json(payload)
