@@ -326,6 +326,7 @@ def _check_policies_check(block: Block, _: set[str], tmp_path: Path) -> None:
 OUTPUTS: dict[tuple[str, str], Callable[..., None]] = {
     ("README.md", "[a100-pool/nodeAffinity] "): _check_messages,
     ("docs/validations.md", "[gpu-validations/resourceShape] "): _check_messages,
+    ("docs/quota.md", "[quota-caps/quota] "): _check_messages,
     ("docs/validations.md", "namespace ml-a uses 6 of 8 nvidia.com/gpu "): _check_messages,
     ("docs/validations.md", "namespace ml-a uses 6 of 8 requests."): _check_messages,
     ("docs/validations.md", "Deployment quota-a/d spec.template: "): _check_messages,
@@ -372,14 +373,41 @@ def test_a_misquoted_message_is_found(engine_messages: set[str]) -> None:
 # --------------------------------------------------------------------------- source
 
 
+def _ledger_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((REPO / "deploy" / "base" / "quota-ledger-crd.yaml").read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _outside_schema(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """The fields of ``value`` its structural schema has no place for, or whose type it refuses."""
+    kinds = {"object": dict, "string": str, "integer": int, "array": list, "boolean": bool}
+    if "type" in schema and not isinstance(value, kinds[schema["type"]]):
+        return [f"{path or '.'}: not {schema['type']}"]
+    if isinstance(value, dict) and "properties" in schema:
+        return [problem for key, item in value.items()
+                for problem in (_outside_schema(item, schema["properties"][key], f"{path}.{key}")
+                                if key in schema["properties"] else [f"{path}.{key}"])]  # fmt: skip
+    return []
+
+
+def test_a_ledger_field_the_crd_lacks_is_found() -> None:
+    ledger = {"kind": "GPUQuotaLedger", "spec": {"scope": "team", "group": "v", "modelLabel": "m"},
+              "status": {"charges": "", "chargez": "", "settledGeneration": "12"}}  # fmt: skip
+    assert _outside_schema(ledger, _ledger_schema()) == [".status.chargez", ".status.settledGeneration: not integer"]
+
+
 @pytest.mark.parametrize("block", _of("yaml"))
 def test_yaml_parses_and_policies_load(block: Block) -> None:
     documents = list(yaml.safe_load_all(block.text))
     # a test file of `gpu-admission test` (docs/testing.md) is read as one: every field it shows is one of ours
     for test in [d for d in documents if d.get("kind") == "GPUAdmissionTest"]:
         GPUAdmissionTest.model_validate(test)
-    policies = [d for d in documents
-                if str(d.get("apiVersion", "")).startswith("gpu-admission.io/") and d.get("kind") != "GPUAdmissionTest"]
+    # a GPU quota ledger (docs/quota.md) shows only fields its CRD has
+    for ledger in [d for d in documents if d.get("kind") == "GPUQuotaLedger"]:
+        assert not _outside_schema(ledger, _ledger_schema()), f"{block}: not in the CRD: {_outside_schema(ledger, _ledger_schema())}"
+    policies = [d for d in documents if str(d.get("apiVersion", "")).startswith("gpu-admission.io/")
+                and d.get("kind") not in ("GPUAdmissionTest", "GPUQuotaLedger")]
     if policies and "{...}" not in block.text:  # (a sketch of every field is no policy)
         # among the shipped ones, in place of any of the same kind and name (what it names must exist)
         names = {(d["kind"], d["metadata"]["name"]) for d in policies}
