@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from webhook import logs
 from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
 from webhook.policy.view import EMPTY_VIEW, ClusterView
@@ -45,6 +46,7 @@ def create_app(
     metrics: Metrics | None = None,
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
     images: ResolverSettings | None = None,
+    log_output: logs.Output | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
@@ -53,6 +55,8 @@ def create_app(
     has synced, and it answers the rules' cluster questions. Without it the
     rules see ``view`` (default: an empty cluster). ``images`` turns on the
     registry resolver: admission waits for unknown images at most its budget.
+    ``log_output``: the handler logs.configure installed, which the line per
+    admission is written to directly.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies)
@@ -60,6 +64,8 @@ def create_app(
     app[keys.METRICS] = metrics or Metrics()
     app[keys.LIMITS] = config.limits
     app[keys.DRAINING] = asyncio.Event()
+    if log_output is not None:
+        app[keys.LOG_OUTPUT] = log_output
     app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_executor_ctx)
     fixed_view = view or EMPTY_VIEW

@@ -221,7 +221,11 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
         text = "; ".join(decision.warnings)
     else:
         text = decision.message() or "; ".join(review.audit_findings(decision) if outcome == "audit" else decision.warnings)
-    log.log(level, "%s: %s", outcome, text, extra=fields)
+    output = app.get(keys.LOG_OUTPUT)
+    if output is not None:  # `serve`: the same line, without a LogRecord
+        output.fields(log, level, f"{outcome}: {text}", fields)
+    else:
+        log.log(level, "%s: %s", outcome, text, extra=fields)
 
 
 def _outcome(decision: Decision, refused: str) -> str:

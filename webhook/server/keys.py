@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from webhook.logs import Output
 from webhook.policy.view import ClusterView
 from webhook.server.limits import Limits
 from webhook.registry.resolver import Resolver
@@ -31,3 +32,5 @@ EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 DRAINING = web.AppKey("draining", asyncio.Event)
 #: the registry resolver, when image resolution is on (serve --resolve-images)
 RESOLVER = web.AppKey("resolver", Resolver)
+#: where `serve` writes its log lines (logs.configure), for the line per admission; absent in tests
+LOG_OUTPUT = web.AppKey("log_output", Output)
