@@ -32,6 +32,7 @@ MODULES = (
     "webhook.policy.nodegroups",
     "webhook.policy.scheduling",
     "webhook.policy.quantity",
+    "webhook.policy.value_text",
     "webhook.policy.images",
     "webhook.policy.image_table",
     "webhook.policy.forward_compat",

@@ -9,6 +9,7 @@ from typing import Any
 
 from webhook.policy import schema
 from webhook.policy.patch import as_dict
+from webhook.policy.value_text import text
 
 
 def selector_matches(selector: schema.LabelSelector | None, labels: Mapping[str, str]) -> bool:
@@ -233,4 +234,4 @@ def entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:
 
 
 def _str_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return {text(k): text(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -22,6 +22,7 @@ from webhook.policy.context import RuleContext
 from webhook.policy.forward_compat import Branch
 from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import CudaDriverRule
+from webhook.policy.value_text import text
 
 PHASES = ("mutate", "validate")
 
@@ -113,7 +114,7 @@ def _need(
 
     ``annotations``: the pod's, when it states a CUDA version in them (None otherwise).
     """
-    image = str(ref.container.get("image") or "")
+    image = text(ref.container.get("image") or "")
     config = ctx.view.image_config(image)
     if annotations is not None:
         # the pod states its CUDA: nothing to share with other pods of the image
@@ -303,7 +304,7 @@ def _forward_hint(need: _Need) -> str:
 def _annotations(ctx: RuleContext) -> dict[str, str]:
     meta = ctx.meta if ctx.target.meta_path is not None else (ctx.request.object or {}).get("metadata")
     raw = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    return {text(k): text(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
 
 
 def _field(ctx: RuleContext, ref: gpu.ContainerRef) -> str:

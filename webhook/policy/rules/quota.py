@@ -23,6 +23,7 @@ from webhook.policy.patch import pointer
 from webhook.policy.validation_settings import QuotaLimit, QuotaRule
 from webhook.policy.usage import Amounts, Share, UsageKey
 from webhook.policy.view import Resource
+from webhook.policy.value_text import text
 
 PHASES = ("validate",)
 #: every finding ends with what to do; a data scientist can do one of these two
@@ -44,7 +45,7 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
     if not any(asks.values()):
         return
     me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
-              str(ctx.spec.get("priorityClassName") or ""), asks)
+              text(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
             _check_template(ctx, cfg, me)

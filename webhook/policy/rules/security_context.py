@@ -18,6 +18,7 @@ from webhook.policy import gpu
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import SecurityContextRule
 from webhook.policy.patch import sublist, submap
+from webhook.policy.value_text import text
 from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
@@ -192,5 +193,5 @@ def _container_problems(sc: Mapping[str, Any], cfg: SecurityContextRule) -> list
     added = [c for c in sublist(caps, "add") if c not in cfg.allowedCapabilities]
     if added:
         allowed = ", ".join(cfg.allowedCapabilities) or "none"
-        problems.append(("capabilities.add", f"adds capabilities {', '.join(map(str, added))}; allowed: {allowed}"))
+        problems.append(("capabilities.add", f"adds capabilities {', '.join(map(text, added))}; allowed: {allowed}"))
     return problems

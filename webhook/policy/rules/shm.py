@@ -19,6 +19,7 @@ from webhook.policy import quantity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import ShmRule
 from webhook.policy.patch import as_dict
+from webhook.policy.value_text import text
 from webhook.policy.workload import is_windows
 
 PHASES = ("mutate",)
@@ -71,7 +72,7 @@ def _mounts_shm(mounts: list[Any]) -> bool:
             if type(path) is str:  # (compiled: a str comparison, not a generic one)
                 if path == MOUNT_PATH or path.rstrip("/") == MOUNT_PATH:
                     return True
-            elif str(path).rstrip("/") == MOUNT_PATH:
+            elif text(path).rstrip("/") == MOUNT_PATH:
                 return True
     return False
 
@@ -84,11 +85,11 @@ def _is_ours(volume: Mapping[str, Any]) -> bool:
 def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     """Our volume's name, and whether the pod has it: a memory emptyDir of that name, else the first free variant."""
     for volume in volumes:
-        if type(volume) is dict and str(volume.get("name")) == base:
+        if type(volume) is dict and text(volume.get("name")) == base:
             break
     else:
         return base, False
-    taken = {str(v.get("name")): v for v in volumes if type(v) is dict}
+    taken = {text(v.get("name")): v for v in volumes if type(v) is dict}
     candidate, n = base, 1
     while candidate in taken and not _is_ours(taken[candidate]):
         n += 1

@@ -13,6 +13,7 @@ from webhook.policy import affinity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import SpreadReplicasRule
 from webhook.policy.patch import submap
+from webhook.policy.value_text import text
 
 PHASES = ("mutate",)
 TEMPLATE_META = ("spec", "template", "metadata")
@@ -34,6 +35,6 @@ def replica_selector(ctx: RuleContext, ignore: list[str]) -> dict[str, str]:
     if ctx.target.meta_path == TEMPLATE_META:
         own = submap(submap(ctx.request.object, "spec"), "selector")
         if own and not own.get("matchExpressions"):
-            return {str(k): str(v) for k, v in submap(own, "matchLabels").items()}
+            return {text(k): text(v) for k, v in submap(own, "matchLabels").items()}
     labels = submap(ctx.meta, "labels")
-    return {str(k): str(v) for k, v in labels.items() if k not in ignore}
+    return {text(k): text(v) for k, v in labels.items() if k not in ignore}

@@ -14,6 +14,7 @@ from webhook.policy import affinity
 from webhook.policy.context import RuleContext
 from webhook.policy.mutation_settings import TrainingLocalityRule
 from webhook.policy.patch import submap
+from webhook.policy.value_text import text
 
 PHASES = ("mutate",)
 
@@ -33,7 +34,7 @@ def job_selector(ctx: RuleContext, cfg: TrainingLocalityRule) -> dict[str, str] 
     labels = submap(ctx.meta, "labels")
     for identity in cfg.jobIdentities:
         if identity.label in labels:
-            return {identity.label: str(labels[identity.label])}
+            return {identity.label: text(labels[identity.label])}
     if ctx.target.is_pod or not ctx.request.name:
         return None
     for identity in cfg.jobIdentities:
