@@ -99,4 +99,4 @@ def test_bench_instructions_counts_an_admission_and_the_null_webhooks_work() -> 
     # admission runs in fewer instructions than the null webhook's json round trip, the interpreted one in more
     assert ours > 10_000 and null > 10_000, result.stdout
     assert abs(ours / null - float(found.group(3))) < 0.011, result.stdout
-    assert re.search(r"^admissions 3 - 1 per count; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^admissions 3 - 1 per count; log level INFO; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout

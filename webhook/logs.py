@@ -24,12 +24,12 @@ import os
 import time
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import http_exceptions
 
-from webhook.log_output import LogOutput
+from webhook.log_output import BATCH_SECONDS, LogOutput
 
 MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 8000
@@ -45,12 +45,14 @@ def _cut(text: str, limit: int) -> str:
 
 
 class _Clock:
-    """Record times as text, the part down to the second made once a second (a datetime per line
-    cost a microsecond). ``utc``: ISO 8601 in UTC; else local time as logging's ``asctime``."""
+    """Record times as text, the part down to the second made once a second and the milliseconds
+    looked up (a datetime per line cost a microsecond, and formatting the milliseconds as much again).
+    ``utc``: ISO 8601 in UTC; else local time as logging's ``asctime``."""
 
     def __init__(self, utc: bool) -> None:
         self._utc = utc
         self._cache = (-1, "")  # (second, its text): one tuple, so threads never see half an update
+        self._millis = tuple((".%03d+00:00" if utc else ",%03d") % n for n in range(1000))
 
     def text(self, created: float) -> str:
         second = int(created)
@@ -61,8 +63,7 @@ class _Clock:
             else:
                 prefix = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
             self._cache = (second, prefix)
-        millis = int((created - second) * 1000)
-        return f"{prefix}.{millis:03d}+00:00" if self._utc else f"{prefix},{millis:03d}"
+        return prefix + self._millis[int((created - second) * 1000)]
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 
     def line(self, record: logging.LogRecord) -> bytes:
         """The record's line, newline included."""
-        entry = self._entry(record.created, record.levelname, record.name, record.getMessage(), _extras(record))
+        entry = self.entry(record.created, record.levelname, record.name, record.getMessage(), _extras(record))
         error = _error(record)
         if error is not None:
             entry["error"], entry["traceback"] = error
@@ -97,12 +98,16 @@ class JsonFormatter(logging.Formatter):
 
     def fields_line(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> bytes:
         """What ``line`` gives for a record of these attributes and ``extra=fields``, without the record."""
-        return _dumps(self._entry(created, level, logger, msg, fields))
+        return _dumps(self.entry(created, level, logger, msg, fields))
 
-    def _entry(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        entry = {"time": self._clock.text(created), "level": level.lower(), "logger": logger, "msg": _cut(msg, MAX_MESSAGE_CHARS)}
-        entry.update(fields)
-        return entry
+    def entry(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        if len(msg) > MAX_MESSAGE_CHARS:
+            msg = _cut(msg, MAX_MESSAGE_CHARS)
+        return {"time": self._clock.text(created), "level": _LOWER.get(level) or level.lower(), "logger": logger, "msg": msg, **fields}
+
+
+_LOWER: Final = {name: name.lower() for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+_NAMES: Final = {getattr(logging, name): name for name in _LOWER}
 
 
 def _dumps(entry: dict[str, Any]) -> bytes:
@@ -156,10 +161,10 @@ class Output(logging.Handler):
     """The handler ``configure`` installs: each record formatted on the thread that logs (a few
     microseconds) and handed to a LogOutput, which writes it from a thread of its own."""
 
-    def __init__(self, formatter: JsonFormatter | TextFormatter, fd: int) -> None:
+    def __init__(self, formatter: JsonFormatter | TextFormatter, fd: int, batch: float = BATCH_SECONDS) -> None:
         super().__init__()
         self.formatter: JsonFormatter | TextFormatter = formatter
-        self.lines = LogOutput(fd, self._notice)
+        self.lines = LogOutput(fd, self._notice, batch=batch)
 
     @property
     def dropped(self) -> int:
@@ -187,7 +192,7 @@ class Output(logging.Handler):
         """The line ``logger.log(level, msg, extra=fields)`` would write through this handler, without a
         LogRecord (~3 µs of the logging machinery). For the server's line per admission, where this handler
         is the only one (``configure`` installed it); the caller checked ``logger.isEnabledFor(level)``."""
-        self.lines.write(self.formatter.fields_line(time.time(), logging.getLevelName(level), logger.name, msg, fields))
+        self.lines.write(self.formatter.fields_line(time.time(), _NAMES.get(level) or logging.getLevelName(level), logger.name, msg, fields))
 
     def flush(self) -> None:
         self.lines.flush(CLOSE_TIMEOUT)
