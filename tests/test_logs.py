@@ -280,3 +280,20 @@ async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
             "namespace": req["namespace"], "object": req["name"], "endpoint": "/validate", "verdict": "deny",
             "rules": ["gpu-validations/resourceShape"],
         }
+
+
+@pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])
+def test_a_record_that_cannot_be_formatted_is_a_line_saying_so(formatter: type[logs.JsonFormatter] | type[logs.TextFormatter]) -> None:
+    # logging's own handlers print a traceback to stderr itself, with a blocking write: this one never does
+    read_end, write_end = os.pipe()
+    output = logs.Output(formatter(), write_end)
+    try:
+        record = logging.makeLogRecord({"name": "webhook.x", "msg": "%d items", "args": ("many",), "levelname": "INFO"})
+        output.handle(record)
+        output.flush()
+        line = os.read(read_end, 1 << 16).decode()
+    finally:
+        output.close()
+        os.close(read_end)
+        os.close(write_end)
+    assert line.count("\n") == 1 and "unformattable log record: TypeError: %d format" in line and "%d items" in line, line

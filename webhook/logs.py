@@ -90,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 
     def line(self, record: logging.LogRecord) -> bytes:
         """The record's line, newline included."""
-        entry = self.entry(record.created, record.levelname, record.name, record.getMessage(), _extras(record))
+        entry = self._entry(record.created, record.levelname, record.name, record.getMessage(), _extras(record))
         error = _error(record)
         if error is not None:
             entry["error"], entry["traceback"] = error
@@ -98,9 +98,9 @@ class JsonFormatter(logging.Formatter):
 
     def fields_line(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> bytes:
         """What ``line`` gives for a record of these attributes and ``extra=fields``, without the record."""
-        return _dumps(self.entry(created, level, logger, msg, fields))
+        return _dumps(self._entry(created, level, logger, msg, fields))
 
-    def entry(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    def _entry(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         if len(msg) > MAX_MESSAGE_CHARS:
             msg = _cut(msg, MAX_MESSAGE_CHARS)
         return {"time": self._clock.text(created), "level": _LOWER.get(level) or level.lower(), "logger": logger, "msg": msg, **fields}
