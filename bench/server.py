@@ -63,7 +63,6 @@ from typing import IO, Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.proc import CLOCK_TICKS, cpu_seconds  # noqa: E402
-from tests.support import free_ports  # noqa: E402
 from webhook import compiled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,6 +204,10 @@ class LogReader:
 
 
 def run(tmp: Path, rounds: int, requests: int, event_loop: str) -> None:
+    # (imported here: bench/instructions.py imports this module, and its counts move by a few percent
+    # from one run to the next once the test helpers' imports are in the process)
+    from tests.support import free_ports
+
     gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
     subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
                    check=True, capture_output=True)
