@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,18 @@ from webhook.policy.view import SnapshotView
 DEPTH = 1000
 DEEP_LIST = "[" * DEPTH + "]" * DEPTH
 DEEP_MAP = '{"a":' * DEPTH + "1" + "}" * DEPTH
+
+
+
+@pytest.fixture(autouse=True)
+def _default_recursion_limit() -> Iterator[None]:
+    """Python's default limit, as `serve` runs: cel-python, which another test module loads, sets 2,500 for
+    the whole process, and under it str() of these values recurses without an error."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
+
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
