@@ -113,11 +113,12 @@ bench-scale: $(STAMP)
 bench-index: $(STAMP)
 	$(BIN)/python bench/index.py
 
-# h2load drives the servers (Debian package nghttp2-client)
-# (the server as the image runs it: the policy core compiled)
+# h2load drives the servers (Debian package nghttp2-client); the server as the image runs it (the
+# policy core compiled), then as `make serve` runs it (interpreted); each at its default log level, beside WARNING
 bench-server: compiled
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/server.py
+	$(BIN)/python bench/server.py
 
 # what the GPU quota ledger adds to a pod's creation through a real kube-apiserver (caps on vs off), and a
 # burst of 64 pods under one team cap (the server as the image runs it: the policy core compiled)

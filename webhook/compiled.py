@@ -33,6 +33,7 @@ MODULES = (
     "webhook.view.nodegroups",
     "webhook.view.scheduling",
     "webhook.kube.quantity",
+    "webhook.kube.value_text",
     "webhook.gpu.images",
     "webhook.gpu.image_table",
     "webhook.gpu.forward_compat",

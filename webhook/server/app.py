@@ -7,22 +7,23 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from webhook import logs
 from webhook.cluster import ClusterIndex
 from webhook.cluster.ledger import Ledger
 from webhook.errors import CertificateError
+from webhook.policy.loader import PolicySet
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView
 from webhook.server import evaluation, handlers, keys
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
-from webhook.policy.loader import PolicySet
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import ReloadingTLS
 from webhook.view.protocol import ClusterView
@@ -53,6 +54,7 @@ def create_app(
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
     images: ResolverSettings | None = None,
     ledger: LedgerBuilder | None = None,
+    log_output: logs.Output | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
@@ -63,6 +65,8 @@ def create_app(
     registry resolver: admission waits for unknown images at most its budget.
     ``ledger`` (with ``cluster``) runs the GPU quota ledger, which charges a
     pod's enforced GPU caps in the API server before it is allowed.
+    ``log_output``: the handler logs.configure installed, which the line per
+    admission is written to directly.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies)
@@ -70,6 +74,8 @@ def create_app(
     app[keys.METRICS] = metrics or Metrics()
     app[keys.LIMITS] = config.limits
     app[keys.DRAINING] = asyncio.Event()
+    if log_output is not None:
+        app[keys.LOG_OUTPUT] = log_output
     app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_executor_ctx)
     fixed_view = view or EMPTY_VIEW

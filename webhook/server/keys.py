@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from webhook.cluster.ledger import Ledger
+from webhook.logs import Output
 from webhook.registry.resolver import Resolver
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
@@ -34,3 +35,5 @@ DRAINING = web.AppKey("draining", asyncio.Event)
 RESOLVER = web.AppKey("resolver", Resolver)
 #: the GPU quota ledger, when the server runs with a cluster (docs/quota.md)
 LEDGER = web.AppKey("ledger", Ledger)
+#: where `serve` writes its log lines (logs.configure), for the line per admission; absent in tests
+LOG_OUTPUT = web.AppKey("log_output", Output)

@@ -7,12 +7,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook import certs, cluster, collector, compiled
-from webhook.cluster import ClusterIndex
-from webhook.server import listener, loop
-from webhook.registry import flags
-from webhook.cluster import ledger_settings, ledger_upkeep
+from webhook import certs, cluster, collector, compiled, logs
+from webhook.cluster import ClusterIndex, ledger_settings, ledger_upkeep
 from webhook.cluster.discovery import served_resources
+from webhook.registry import flags
+from webhook.server import listener, loop
 from webhook.server.app import AppConfig, LedgerBuilder, create_app
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
@@ -23,7 +22,7 @@ log = logging.getLogger(__name__)
 DEV_CERTS = Path("certs")
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, output: logs.Output) -> int:
     new_loop = loop.factory(args.event_loop)  # --event-loop uvloop without uvloop fails before any work
     core = compiled.policy_core()  # the image runs it compiled (setup.py); a mix means a broken build
     (log.warning if core == "partly compiled" else log.info)("policy core: %s", core)
@@ -31,12 +30,16 @@ def serve(args: argparse.Namespace) -> int:
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
     api_client = _api_client(args)
+    metrics = Metrics()
+    metrics.count_log_drops(lambda: output.dropped)
     app = create_app(
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True),
         tls=tls,
         cluster=_cluster_builder(api_client) if api_client is not None else None,
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
         ledger=_ledger_builder(api_client, args) if api_client is not None else None,
+        metrics=metrics,
+        log_output=output,
     )
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,

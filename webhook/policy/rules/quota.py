@@ -21,6 +21,7 @@ from typing import Any
 from webhook.gpu import resources
 from webhook.kube import resourcequota
 from webhook.kube.patch import pointer
+from webhook.kube.value_text import text
 from webhook.policy import caps as cap_rules
 from webhook.policy import severity
 from webhook.policy.caps import WHAT_TO_DO, amount, counted, covers, held, number
@@ -49,7 +50,7 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
     if not any(asks.values()):
         return
     me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
-              str(ctx.spec.get("priorityClassName") or ""), asks)
+              text(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
             _check_template(ctx, cfg, me)
