@@ -36,9 +36,8 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
         builder.put(spec, base, "priority", value)
         builder.put(spec, base, "preemptionPolicy", found.get("preemptionPolicy") or "PreemptLowerPriority")
     else:
-        for field in ("priority", "preemptionPolicy"):
-            if field in spec:
-                builder.remove(ctx.spec_path(field))
+        builder.drop(spec, base, "priority")
+        builder.drop(spec, base, "preemptionPolicy")
     ctx.changed("priorityClassName")
 
 

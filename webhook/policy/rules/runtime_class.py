@@ -28,6 +28,5 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     ctx.builder.put(ctx.spec, ctx.spec_at, "runtimeClassName", name)
     # the RuntimeClass plugin fills overhead from the class on its next pass and
     # rejects a pod whose overhead differs from the class's (FACTS.md §5)
-    if "overhead" in ctx.spec:
-        ctx.builder.remove(ctx.spec_path("overhead"))
+    ctx.builder.drop(ctx.spec, ctx.spec_at, "overhead")
     ctx.changed("runtimeClassName")
