@@ -170,9 +170,6 @@ class Classifier:
                 self._always.append(index)
             for key in keys:
                 table.setdefault(key, []).append(index)  # type: ignore[union-attr]
-        # the keys that anchor some entry, intersected with a pod's keys in C
-        self._label_keys = frozenset(self._label)
-        self._annotation_keys = frozenset(self._annotation)
 
     def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, list[int]] | None, tuple[str, ...]]:
         """One condition the entry cannot match without, as (index table, keys any of which it needs)."""
@@ -214,12 +211,18 @@ class Classifier:
             candidates.update(found)
         meta = as_dict(pod_meta)
         labels, annotations = meta.get("labels"), meta.get("annotations")
+        # each of the pod's keys looked up (a pod has a few labels: compiled, a lookup each costs
+        # less than one generic call of frozenset.intersection)
         if isinstance(labels, dict) and self._label:
-            for key in self._label_keys.intersection(labels):
-                candidates.update(self._label[key])
+            for key in labels:
+                found = self._label.get(key) if type(key) is str else None
+                if found is not None:
+                    candidates.update(found)
         if isinstance(annotations, dict) and self._annotation:
-            for key in self._annotation_keys.intersection(annotations):
-                candidates.update(self._annotation[key])
+            for key in annotations:
+                found = self._annotation.get(key) if type(key) is str else None
+                if found is not None:
+                    candidates.update(found)
         if not candidates:
             return ""
         pod_labels, pod_annotations = _strings(labels), _strings(annotations)
