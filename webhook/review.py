@@ -169,6 +169,10 @@ def encode(payload: object) -> bytes:
 
 def limit_warnings(warnings: Any) -> list[str]:
     """Each warning within 256 characters, all of them within 4096, as kube-apiserver keeps them."""
+    if type(warnings) is tuple and len(warnings) == 1:  # (nearly every answer that warns: one line)
+        one = warnings[0]
+        if type(one) is str and _kept_as_is(one):
+            return [one]
     kept: list[str] = []
     total = 0
     for text in dict.fromkeys(warnings):
@@ -178,6 +182,14 @@ def limit_warnings(warnings: Any) -> list[str]:
         kept.append(one)
         total += len(one)
     return kept
+
+
+def _kept_as_is(one: str) -> bool:
+    """Whether ``limit_warnings`` leaves a warning as it is: within the limit, and its whitespace
+    single spaces between words (a character that is not printable, e.g. a tab or a newline, or
+    one that is and is whitespace all the same, e.g. a no-break space, takes the long way)."""
+    return (0 < len(one) <= MAX_WARNING_CHARS and one.isprintable() and "  " not in one
+            and one[0] != " " and one[-1] != " ")
 
 
 def _shorten(one: str) -> str:
