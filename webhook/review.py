@@ -169,14 +169,12 @@ def encode(payload: object) -> bytes:
 
 def limit_warnings(warnings: Any) -> list[str]:
     """Each warning within 256 characters, all of them within 4096, as kube-apiserver keeps them."""
-    if type(warnings) is tuple and len(warnings) == 1:  # (nearly every answer that warns: one line)
-        one = warnings[0]
-        if type(one) is str and _kept_as_is(one):
-            return [one]
+    if type(warnings) is tuple and len(warnings) == 1:  # (nearly every answer that warns: one line, within the total)
+        return [_normalized(warnings[0])]
     kept: list[str] = []
     total = 0
     for text in dict.fromkeys(warnings):
-        one = _shorten(" ".join(str(text).split()))
+        one = _normalized(text)
         if total + len(one) > MAX_WARNINGS_TOTAL:
             break
         kept.append(one)
@@ -184,12 +182,23 @@ def limit_warnings(warnings: Any) -> list[str]:
     return kept
 
 
-def _kept_as_is(one: str) -> bool:
-    """Whether ``limit_warnings`` leaves a warning as it is: within the limit, and its whitespace
-    single spaces between words (a character that is not printable, e.g. a tab or a newline, or
-    one that is and is whitespace all the same, e.g. a no-break space, takes the long way)."""
-    return (0 < len(one) <= MAX_WARNING_CHARS and one.isprintable() and "  " not in one
-            and one[0] != " " and one[-1] != " ")
+def _normalized(text: object) -> str:
+    """One warning as kube-apiserver keeps it: single-spaced, within MAX_WARNING_CHARS. Remembered
+    per text, within a bound: the engine words the same few warnings over and over."""
+    if type(text) is str:
+        found = _NORMALIZED.get(text)
+        if found is not None:
+            return found
+    one = _shorten(" ".join(str(text).split()))
+    if type(text) is str and len(text) <= _NORMALIZED_CHARS and len(_NORMALIZED) < _NORMALIZED_SIZE:
+        _NORMALIZED[text] = one
+    return one
+
+
+#: warnings normalized so far (a pure function of the text), at most _NORMALIZED_SIZE of at most _NORMALIZED_CHARS
+_NORMALIZED: dict[str, str] = {}
+_NORMALIZED_SIZE = 1024
+_NORMALIZED_CHARS = 1024
 
 
 def _shorten(one: str) -> str:
