@@ -195,7 +195,7 @@ def test_in_place_writes_below_an_owned_map_record_what_copying_ones_do(doc: dic
     assert apply_patch(original, in_place.ops) == in_place.doc
 
 
-POD_AFFINITY_VALUES = st.sampled_from([
+POD_AFFINITY_VALUES: st.SearchStrategy[Any] = st.sampled_from([
     None, "x", [], {}, {"podAffinity": None}, {"podAffinity": "x"}, {"podAffinity": {}},
     {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": "x"}},
     {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
