@@ -30,7 +30,8 @@ def serve(args: argparse.Namespace) -> int:
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
     app = create_app(
-        AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True),
+        AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True,
+                  compiled=args.compiled),
         tls=tls,
         cluster=_cluster_builder(args),
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
