@@ -183,6 +183,9 @@ def _policies_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     check = psub.add_parser("check", help="validate a policy directory; exit 2 on any problem")
     check.add_argument("directory", type=Path)
     check.set_defaults(func=_policies_check)
+    from webhook.cel import command as compile_command
+
+    compile_command.add_parser(psub)
 
 
 def _policies_check(args: argparse.Namespace) -> int:
