@@ -43,6 +43,9 @@ ADMIN_TOKEN = "e2e-admin-token"
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ADMIN_TOKEN: ("e2e-admin", ("system:masters",)),
     "e2e-namespace-editor-token": ("e2e-namespace-editor", ()),
+    # the two setups the compiled-policy equivalence test compares, side by side (test_compiled_equivalence.py)
+    "e2e-webhooks-token": ("e2e-webhooks", ("system:masters",)),
+    "e2e-compiled-token": ("e2e-compiled", ("system:masters",)),
 }
 
 
