@@ -239,6 +239,13 @@ class Setups:
         mutated = self.version < offload.MUTATING_POLICIES_GA or (outcome.obj or {}).get("data", {}).get("generation") == str(self.generation)
         return any(w.endswith(marker) for w in outcome.warnings) and mutated
 
+    def moved_checks(self) -> frozenset[str]:
+        """"policy/rule" of the mutating webhook's checks the compiled ValidatingAdmissionPolicy makes."""
+        from webhook.cel.validating import CHECKS
+
+        return frozenset(f"{r.policy}/{r.rule}" for r in offload.coverage(self.policy_set, self.version)
+                         if r.status in ("compiled", "partly") and r.rule in CHECKS and CHECKS[r.rule].phase == "M")
+
     def _reloads(self, server: Admission) -> float:
         return server.metric('gpu_admission_policy_reloads_total{result="success"}')
 
@@ -330,10 +337,12 @@ def generated(text: str, generate_name: str) -> str:
     return re.sub(re.escape(generate_name) + r"[a-z0-9]{5}", generate_name + "*****", text) if generate_name else text
 
 
-def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "") -> tuple[str, str]:
-    """("same" | "split" | "different", what differs). "split": both refuse, and the compiled setup
-    names some of the findings only (documented: a refusal comes from the side that judges first,
-    and names that side's findings)."""
+def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "", moved: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """("same" | "split" | "validated-first" | "different", what differs). "split": both refuse, and
+    the compiled setup names some of the findings only (documented: a refusal comes from the side
+    that judges first, and names that side's findings). "validated-first": the mutating webhook
+    refused with findings of checks compiled into a ValidatingAdmissionPolicy (``moved``:
+    "policy/rule"), which runs after kube-apiserver's own validation, and that refused first."""
     a_msg, b_msg = generated(webhooks.message, generate_name), generated(compiled.message, generate_name)
     if (webhooks.status < 300) != (compiled.status < 300):
         return "different", f"webhooks {webhooks.status} {a_msg[:300]!r} vs compiled {compiled.status} {b_msg[:300]!r}"
@@ -347,6 +356,9 @@ def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "") -> tu
             return "different", f"warnings differ: webhooks only {sorted((a_warn - b_warn).elements())}, compiled only {sorted((b_warn - a_warn).elements())}"
         return "same", ""
     a_found, b_found = findings(a_msg), findings(b_msg)
+    if a_found is not None and b_found is None and a_msg.find('"mutate.gpu-admission.io"') >= 0 and all(
+            re.match(r"\[([^\]]+)\] ", f) and re.match(r"\[([^\]]+)\] ", f).group(1) in moved for f in a_found[1]):
+        return "validated-first", f"kube-apiserver's validation: {b_msg[:200]}"
     if a_found is None or b_found is None:
         if a_msg == b_msg and webhooks.status == compiled.status:
             return "same", ""

@@ -33,10 +33,11 @@ from tests.e2e import fixtures
 from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
 from tests.e2e.conftest import OPT_IN
-from tests.e2e.equivalence import COMPILED_USER, WEBHOOKS_USER, Outcome, Setups, compare
+from tests.e2e.equivalence import COMPILED_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from tests.support import MANIFESTS, POLICIES
 from tests.test_cases import CASES
+from webhook.policy import offload
 
 NAMESPACE = "e2e-equivalence"
 GENERATED = 300
@@ -224,6 +225,20 @@ def _judge(setups: Setups, item: Item) -> list[tuple[str, Outcome, Outcome]]:
             ("update", answers[WEBHOOKS_USER][1], answers[COMPILED_USER][1])]
 
 
+def _acted(webhooks: Outcome, compiled: Outcome) -> Counter[str]:
+    """What the compiled policies did in an answer: a refusal or warnings of theirs, or changes the
+    slimmed webhook no longer makes (its "gpu-admission mutated" warning names fewer of them)."""
+    found: Counter[str] = Counter()
+    if "ValidatingAdmissionPolicy 'gpu-admission' with binding" in compiled.message:
+        found["refused"] += 1
+    if any(w.startswith("Validation failed for ValidatingAdmissionPolicy 'gpu-admission-warn'") for w in compiled.warnings):
+        found["warned"] += 1
+    mutated = [w for w in webhooks.warnings if w.startswith(MUTATED_WARNING)]
+    if compiled.status < 300 and mutated and mutated != [w for w in compiled.warnings if w.startswith(MUTATED_WARNING)]:
+        found["mutated"] += 1
+    return found
+
+
 def _wait_gone(setups: Setups, obj: Object, namespace: str) -> None:
     eventually(lambda: _gone(setups, obj, namespace), what="the old object deleted")
 
@@ -250,6 +265,7 @@ def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, a
     counts: Counter[str] = Counter()
     differences: list[str] = []
     skipped: Counter[str] = Counter()
+    acted: Counter[str] = Counter()
     try:
         for group in groups:
             _namespaces(admin, group.namespaces, made)
@@ -265,10 +281,12 @@ def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, a
             with ThreadPoolExecutor(8) as pool:
                 judged = list(zip(creates, pool.map(lambda i: _judge(setups, i), creates)))
             judged += [(i, _judge(setups, i)) for i in items if i.old is not None]
+            moved = setups.moved_checks()
             for item, answers in judged:
                 for what, webhooks, compiled in answers:
                     generate_name = (item.obj.get("metadata") or {}).get("generateName", "") if not item.obj["metadata"].get("name") else ""
-                    verdict, detail = compare(webhooks, compiled, generate_name)
+                    verdict, detail = compare(webhooks, compiled, generate_name, moved)
+                    acted.update(_acted(webhooks, compiled))
                     counts[verdict] += 1
                     if verdict == "different":
                         differences.append(f"[{group.label}] {item.label} ({what}): {detail}")
@@ -281,11 +299,18 @@ def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, a
                 admin.replace({**current, "metadata": {**current["metadata"], "labels": labels}})
     total = sum(counts.values())
     print(f"\ncompiled-policy equivalence through kube-apiserver {apiserver.version}: {total} answers compared: "
-          f"{counts['same']} the same, {counts['split']} refused by both with the findings of the side that judged first "
-          f"(documented), {counts['different']} different")
+          f"{counts['same']} the same; documented: {counts['split']} refused by both with the findings of the side that "
+          f"judged first, {counts['validated-first']} refused by kube-apiserver's own validation before a check the "
+          f"mutating webhook makes and a ValidatingAdmissionPolicy makes after it; {counts['different']} different")
+    print(f"  in-process: {acted['refused']} refusals and {acted['warned']} warnings by ValidatingAdmissionPolicies, "
+          f"{acted['mutated']} objects changed by the MutatingAdmissionPolicy where the slimmed webhook changed less")
     for reason, n in sorted(skipped.items()):
         print(f"  not compared: {n} × {reason}")
     for line in differences:
         print("  DIFFERENT", line)
     assert total >= 500, f"only {total} answers compared"
+    # the compiled setup did its part in-process (else it compared the webhooks with themselves)
+    assert acted["refused"] and acted["warned"], acted
+    if setups.version >= offload.MUTATING_POLICIES_GA:
+        assert acted["mutated"], acted
     assert not differences, f"{len(differences)} undocumented difference(s):\n" + "\n".join(differences)

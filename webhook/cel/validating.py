@@ -141,14 +141,13 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     any_gpu = list(compilation.policies.gpu_resources)
     classes = (podspecs.workload_class(compilation.policies.class_entries, "t.meta", "variables.nsLabels")
                if compilation.needs_class() else None)
-    pod_update = "request.kind.group == '' && request.kind.kind == 'Pod' && request.operation == 'UPDATE'"
     policies = range(len(checks))
     variables = [
         ("subject", podspecs.subject()),
         ("nsLabels", podspecs.namespace_labels()),
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
-        ("mutating", f"variables.live && !({pod_update})"),
-        ("validating", f"variables.live && (!({pod_update}) || {_images('object')} != {_images('oldObject')})"),
+        ("mutating", f"variables.live && !({pod_update()})"),
+        ("validating", f"variables.live && (!({pod_update()}) || {_images('object')} != {_images('oldObject')})"),
         ("podSpecPaths", podspecs.patterns(compilation.kinds)),
         # the object's pod specs, and on an UPDATE the old object's
         ("specs", "(request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object])"
@@ -169,6 +168,11 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("audits", f"{_texts('MA')} + {_texts('VA')}"),
     ]
     return [{"name": name, "expression": expr} for name, expr in variables]
+
+
+def pod_update() -> str:
+    """A pod's UPDATE: nothing to change in it (its spec is immutable), and only a changed image to judge."""
+    return "request.kind.group == '' && request.kind.kind == 'Pod' && request.operation == 'UPDATE'"
 
 
 def _texts(tag: str) -> str:

@@ -105,11 +105,14 @@ class RuleCoverage:
 def coverage(policies: PolicySet, version: tuple[int, int]) -> tuple[RuleCoverage, ...]:
     """Every rule of every policy, in policy and rule order, with what compiles for ``version``."""
     rows = []
+    reporting: dict[str, str] = {}  # mutation rule → an earlier policy running it in warn or audit mode
     for policy in policies.policies:
         for rule in _PARTS:  # (in the engine's order)
             cfg = getattr(policy.spec.rules, rule)
             if cfg is not None:
-                rows.append(_rule_coverage(policy, rule, cfg, version))
+                rows.append(_rule_coverage(policy, rule, cfg, version, reporting.get(rule, "")))
+                if rule in _MUTATIONS and cfg.mode in ("warn", "audit"):
+                    reporting.setdefault(rule, f"{policy.metadata.name} ({cfg.mode})")
     return tuple(rows)
 
 
@@ -119,12 +122,16 @@ def share(rows: tuple[RuleCoverage, ...]) -> tuple[int, int]:
     return sum(p.compiled for p in parts), len(parts)
 
 
-def _rule_coverage(policy: GPUPolicy, rule: str, cfg: Any, version: tuple[int, int]) -> RuleCoverage:
+def _rule_coverage(policy: GPUPolicy, rule: str, cfg: Any, version: tuple[int, int], reported_by: str) -> RuleCoverage:
+    """``reported_by``: an earlier policy whose rule of the same family only reports what it would
+    change: it must see the object before this one changes it, and the webhook runs after the
+    compiled policies, so this one stays on the webhook too."""
     name, mode = policy.metadata.name, str(cfg.mode)
     parts, webhook = _PARTS[rule](cfg)
     if rule in _MUTATIONS and mode != "off":
         why = _DRY_RUN if mode != "enforce" else (_MUTATIONS_LATER if version < MUTATING_POLICIES_GA else "")
-        why = why or ("" if rule in _COMPILED_MUTATIONS else "not compiled yet")
+        if not why and reported_by:
+            why = f"policy {reported_by} reports what its {rule} would change, before this one changes it"
         if why:  # the rule's checks stay with its changes
             parts, webhook = tuple(Part(p.what, False, p.why or why) for p in parts), "all"
     if mode == "off":
@@ -220,8 +227,6 @@ _PARTS: dict[str, _Parts] = {
     "cudaDriver": _left("image CUDA against node drivers, steering", "needs the node drivers, and image configs"),
 }
 
-#: the mutation rules the MutatingAdmissionPolicy makes so far
-_COMPILED_MUTATIONS: frozenset[str] = frozenset()
 #: rules whose changes a MutatingAdmissionPolicy makes (their checks go with them)
 _MUTATIONS = frozenset({"tolerations", "runtimeClass", "priorityClass", "securityContext", "shm", "gpuVisibility",
                         "notebookLifetime"})
