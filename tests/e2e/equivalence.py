@@ -351,7 +351,7 @@ def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "", moved
     if webhooks.status < 300:
         a, b = stored(webhooks.obj, generate_name), stored(compiled.obj, generate_name)
         if a != b:
-            return "different", f"stored objects differ: {_diff(a, b)}"
+            return "different", f"stored objects differ: {diff(a, b)}"
         if a_warn != b_warn:
             return "different", f"warnings differ: webhooks only {sorted((a_warn - b_warn).elements())}, compiled only {sorted((b_warn - a_warn).elements())}"
         return "same", ""
@@ -370,14 +370,14 @@ def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "", moved
     return "different", f"denials differ: webhooks {a_found[1]} vs compiled {b_found[1]}"
 
 
-def _diff(a: Any, b: Any, at: str = "") -> str:
+def diff(a: Any, b: Any, at: str = "") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                return _diff(a.get(key), b.get(key), f"{at}.{key}")
+                return diff(a.get(key), b.get(key), f"{at}.{key}")
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             if x != y:
-                return _diff(x, y, f"{at}[{i}]")
+                return diff(x, y, f"{at}[{i}]")
     return f"{at}: webhooks {json.dumps(a)[:300]} vs compiled {json.dumps(b)[:300]}"
 
