@@ -128,7 +128,7 @@ def resource_shape(checks: Checks, cfg: ResourceShapeRule) -> str:
 def _held() -> str:
     from webhook.cel.podspecs import held
 
-    return held("c", "n")
+    return held("n", "c.lim", "c.req")
 
 
 def _name_checks(checks: Checks, cfg: ResourceShapeRule) -> str:

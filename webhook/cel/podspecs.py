@@ -33,6 +33,11 @@ def kind_key(group: str, kind: str) -> str:
 REQUEST_KIND = "request.kind.group + '/' + request.kind.kind"
 
 
+def starred(kinds: Sequence[KindPaths]) -> list[KindPaths]:
+    """The kinds with a ``*`` in a pod-spec path (``raw_targets`` reads the others directly)."""
+    return [k for k in kinds if any("*" in p for p in (*k.template_patterns, *k.pod_spec_patterns))]
+
+
 def patterns(kinds: Sequence[KindPaths]) -> str:
     """Where each kind keeps its pod specs, as CEL data: kind → a list of patterns, each a map of
     strings ``{'pre', 'star', 'post', 'tpl', 'pod', 'where', 'whereTail', 'at', 'atTail'}``: a path
@@ -86,13 +91,42 @@ def _walk(value: str, keys: str, depth: int, var: str) -> str:
 def raw_targets(root: str, kinds: Sequence[KindPaths], table: str = "variables.podSpecPaths") -> str:
     """The pod specs of ``root`` (``object``, ``oldObject`` or a comprehension variable) for the
     admitted kind, in the order ``pod_targets`` finds them: a list of ``{'spec', 'meta', 'where',
-    'at'}``. ``table`` is ``patterns(kinds)``, bound to a variable."""
-    most = max((len(k.templates) + len(k.pod_specs) for k in kinds), default=1)
-    per_pattern = f"{table}[{REQUEST_KIND}].map(p, {_pattern_targets(root, *_depths(kinds))})"
-    found = f"(({REQUEST_KIND}) in {table} ? {per_pattern} : [])"
-    # a list of lists, joined by hand: Kubernetes 1.33's CEL has no flatten()
-    joined = " + ".join(f"(size(L) > {i} ? L[{i}] : [])" for i in range(most))
-    return f"[{found}].map(L, {joined})[0]"
+    'at'}``. Kinds whose paths hold no ``*`` (Pods, the built-in workloads) are read directly;
+    the others through ``table``, ``patterns`` of them bound to a variable."""
+    fixed: dict[tuple[tuple[tuple[str, ...], bool], ...], list[str]] = {}
+    wild = starred(kinds)
+    for paths in kinds:
+        if paths not in wild:
+            shape = (*((p, True) for p in paths.template_patterns), *((p, False) for p in paths.pod_spec_patterns))
+            fixed.setdefault(shape, []).append(kind_key(paths.group, paths.kind))
+    expr = "[]"
+    if wild:
+        most = max(len(k.templates) + len(k.pod_specs) for k in wild)
+        per_pattern = f"{table}[{REQUEST_KIND}].map(p, {_pattern_targets(root, *_depths(wild))})"
+        found = f"(({REQUEST_KIND}) in {table} ? {per_pattern} : [])"
+        # a list of lists, joined by hand: Kubernetes 1.33's CEL has no flatten()
+        joined = " + ".join(f"(size(L) > {i} ? L[{i}] : [])" for i in range(most))
+        expr = f"[{found}].map(L, {joined})[0]"
+    for shape, keys in reversed(list(fixed.items())):
+        found = " + ".join(_fixed_targets(root, path, template) for path, template in shape) or "[]"
+        condition = f"{REQUEST_KIND} == {cel.quote(keys[0])}" if len(keys) == 1 else f"{REQUEST_KIND} in {cel.strings(keys)}"
+        expr = cel.when(condition, found, expr)
+    return expr
+
+
+def _fixed_targets(root: str, path: tuple[str, ...], template: bool) -> str:
+    """The target of a path without ``*`` (a list of one, or none)."""
+    spec_path = (*path, "spec") if template else path
+    condition, spec = cel.map_at(root, spec_path)
+    if template:
+        meta = cel.value_at(root, [*path, "metadata"], "{}")
+        meta = f"[{meta}].map(m, type(m) == map ? m : {{}})[0]"
+        where = field_path(path)
+    else:
+        meta = cel.sub_map(root, "metadata") if path == ("spec",) else "{}"
+        where = "" if path == ("spec",) else field_path(path)
+    target = _target(spec, meta, cel.quote(f" {where}" if where else ""), cel.quote(pointer(spec_path)))
+    return cel.when(condition, f"[{target}]", "[]")
 
 
 def _target(spec: str, meta: str, where: str, at: str) -> str:
@@ -121,17 +155,20 @@ def _pattern_targets(root: str, pre_depth: int, post_depth: int) -> str:
     return f"{children}.map(e, [{spec}].map(s, type(s) == map ? [{target}] : [])[0]).filter(l, size(l) > 0).map(l, l[0])"
 
 
-def containers(spec: str) -> str:
-    """Init containers then containers (maps only), as records: ``resources.containers`` in CEL."""
+def containers(spec: str, any_gpu: Sequence[str]) -> str:
+    """Init containers then containers (maps only), as records: ``resources.containers`` in CEL,
+    each with its limits and requests, their resource names and the GPUs it holds (by ``any_gpu``)."""
     parts = []
     for list_name in resources.CONTAINER_LISTS:
-        items = cel.sub_list(spec, list_name)
         label = "init container" if list_name == "initContainers" else "container"
-        c = f"{items}[i]"
-        name = f"(has({c}.name) && type({c}.name) == string ? {c}.name : '#' + string(i))"
-        lim, req = _resource_map(c, "limits"), _resource_map(c, "requests")
-        record = cel.record(c=c, list=cel.quote(list_name), i="i", label=f"'{label} \"' + {name} + '\"'", lim=lim, req=req)
-        parts.append(f"{items}.transformList(i, x, i).filter(i, {cel.is_map(c)}).map(i, {record})")
+        name = "(has(c.name) && type(c.name) == string ? c.name : '#' + string(i))"
+        names = "l.map(n, n).filter(n, type(n) == string) + r.map(n, n).filter(n, type(n) == string && !(n in l))"
+        gpus = f"N.filter(n, {cel.matcher('n', any_gpu)} && {held('n')})"
+        record = cel.record(c="c", list=cel.quote(list_name), i="i", label=f"'{label} \"' + {name} + '\"'",
+                            lim="l", req="r", names="N", gpus=gpus)
+        # (each of the container's maps read once: [x].map(v, …)[0] binds v to x)
+        built = f"[{_resource_map('c', 'limits')}].map(l, [{_resource_map('c', 'requests')}].map(r, [{names}].map(N, {record})[0])[0])[0]"
+        parts.append(f"{cel.sub_list(spec, list_name)}.transformList(i, c, type(c) == map, {built})")
     return " + ".join(parts)
 
 
@@ -141,21 +178,10 @@ def _resource_map(container: str, field: str) -> str:
     return cel.when(condition, value, "{}")
 
 
-def with_names(cs: str, any_gpu: Sequence[str]) -> str:
-    """Each container record with ``names`` (string keys of limits and requests) and ``gpus`` (the
-    GPU names it holds: more than zero of, by ``any_gpu``)."""
-    names = "c.lim.map(n, n).filter(n, type(n) == string) + c.req.map(n, n).filter(n, type(n) == string && !(n in c.lim))"
-    gpus = f"c.names.filter(n, {cel.matcher('n', any_gpu)} && {held('c', 'n')})"
-    step = cel.record(c="c.c", list="c.list", i="c.i", label="c.label", lim="c.lim", req="c.req", names=names)
-    with_gpus = cel.record(c="c.c", list="c.list", i="c.i", label="c.label", lim="c.lim", req="c.req", names="c.names", gpus=gpus)
-    return f"({cs}).map(c, {step}).map(c, {with_gpus})"
-
-
-def held(c: str, n: str) -> str:
+def held(n: str, limits: str = "l", requests: str = "r") -> str:
     """``resources.held``: not every quantity given for the name is zero (a null one counts as zero)."""
-    given = [f"{n} in {c}.{m}" for m in ("lim", "req")]
-    zero = [f"(!({n} in {c}.{m}) || {is_zero(f'{c}.{m}[{n}]')})" for m in ("lim", "req")]
-    return f"!({cel.every(*zero)}) || !({cel.some(*given)})"
+    zero = [f"(!({n} in {m}) || {is_zero(f'{m}[{n}]')})" for m in (limits, requests)]
+    return f"!({cel.every(*zero)})"
 
 
 def is_zero(value: str) -> str:
@@ -222,7 +248,6 @@ def targets(raw: str, any_gpu: Sequence[str], classes: str | None) -> str:
     name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state),
     with their containers, whether any asks for a GPU, and their workload class (when a policy
     reads it: ``classes`` is ``workload_class`` of ``t.meta``)."""
-    with_cs = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs=with_names(containers("t.spec"), any_gpu))
-    full = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs="t.cs",
-                      gpu="t.cs.exists(c, size(c.gpus) > 0)", **{"class": classes or "''"})
-    return f"({raw}).filter(t, !('resourceClaims' in t.spec)).map(t, {with_cs}).map(t, {full})"
+    full = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs="cs",
+                      gpu="cs.exists(c, size(c.gpus) > 0)", **{"class": classes or "''"})
+    return f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"

@@ -47,12 +47,6 @@ def target_applies(policy: schema.GPUPolicy) -> str:
     return cel.every(*conditions)
 
 
-def needs_class(policy: schema.GPUPolicy) -> bool:
-    spec = policy.spec
-    return bool(spec.match.workloadClasses or (spec.exclude is not None and spec.exclude.workloadClasses)
-                or spec.rules.priorityClass is not None)
-
-
 def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: str) -> str:
     """Whether an exception names the object and lifts ``rule`` of ``policy`` (``match.lifted``)."""
     conditions = []

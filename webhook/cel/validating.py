@@ -18,7 +18,7 @@ refusal the old object already earned only warns, as the engine's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +73,17 @@ class Compilation:
     def compiled(self, policy: str, rule: str) -> bool:
         return any(r.policy == policy and r.rule == rule and r.status in ("compiled", "partly") for r in self.rows)
 
-    def needs_class(self) -> bool:
-        return any(scope.needs_class(p) for p in self.policies.policies if p.spec.rules.active())
+    def needs_class(self, rules: Iterable[str]) -> bool:
+        """Does a policy with one of ``rules`` compiled read the workload class (to match, or to
+        pick a priority class)?"""
+        wanted = set(rules)
+        for policy in self.policies.active_policies:
+            compiled = {r for r in wanted if self.compiled(policy.metadata.name, r)}
+            spec = policy.spec
+            by_class = spec.match.workloadClasses or (spec.exclude is not None and spec.exclude.workloadClasses)
+            if compiled and (by_class or "priorityClass" in compiled):
+                return True
+        return False
 
     def kind_keys(self) -> list[tuple[str, str]]:
         return [(k.group, k.kind) for k in self.kinds]
@@ -140,7 +149,7 @@ def _policy_checks(compilation: Compilation) -> list[str]:
 def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str, str]]:
     any_gpu = list(compilation.policies.gpu_resources)
     classes = (podspecs.workload_class(compilation.policies.class_entries, "t.meta", "variables.nsLabels")
-               if compilation.needs_class() else None)
+               if compilation.needs_class(CHECKS) else None)
     policies = range(len(checks))
     variables = [
         ("subject", podspecs.subject()),
@@ -148,7 +157,7 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
         ("mutating", f"variables.live && !({pod_update()})"),
         ("validating", f"variables.live && (!({pod_update()}) || {_images('object')} != {_images('oldObject')})"),
-        ("podSpecPaths", podspecs.patterns(compilation.kinds)),
+        ("podSpecPaths", podspecs.patterns(podspecs.starred(compilation.kinds))),
         # the object's pod specs, and on an UPDATE the old object's
         ("specs", "(request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object])"
                   f".map(r, {podspecs.targets(podspecs.raw_targets('r', compilation.kinds), any_gpu, classes)})"),
