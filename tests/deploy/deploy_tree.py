@@ -32,6 +32,8 @@ CLUSTER_SCOPED = frozenset({
     "ValidatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
 })
 
 

@@ -122,6 +122,9 @@ def _offloaded(policy_set: loader.PolicySet, compiled: Path) -> loader.PolicySet
     policies it was compiled from as they are now (a policy changed since runs whole here, and
     so does every policy when the record is missing or unreadable: nothing is skipped unchecked)."""
     path = compiled / OFFLOAD_RECORD
+    if not path.exists():  # (an optional ConfigMap not created: no compiled policies installed)
+        log.info("no compiled policies installed (%s absent): the webhook runs every rule whole", path)
+        return policy_set
     try:
         stated = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(stated, dict):
