@@ -46,6 +46,8 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # the two setups the compiled-policy equivalence test compares, side by side (test_compiled_equivalence.py)
     "e2e-webhooks-token": ("e2e-webhooks", ("system:masters",)),
     "e2e-compiled-token": ("e2e-compiled", ("system:masters",)),
+    # the compiled policies without any webhook (bench/cel.py)
+    "e2e-in-process-token": ("e2e-in-process", ("system:masters",)),
 }
 
 

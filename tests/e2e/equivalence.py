@@ -35,8 +35,10 @@ from tests.e2e.kube import Kube, Object, documents, eventually
 from webhook.cel import command, reach
 from webhook.policy import loader, offload
 
-WEBHOOKS_USER, COMPILED_USER = "e2e-webhooks", "e2e-compiled"
-TOKENS = {WEBHOOKS_USER: "e2e-webhooks-token", COMPILED_USER: "e2e-compiled-token"}
+WEBHOOKS_USER, COMPILED_USER, IN_PROCESS_USER = "e2e-webhooks", "e2e-compiled", "e2e-in-process"
+TOKENS = {WEBHOOKS_USER: "e2e-webhooks-token", COMPILED_USER: "e2e-compiled-token", IN_PROCESS_USER: "e2e-in-process-token"}
+#: the users whose requests the setups' webhook copies take
+ROUTED = (WEBHOOKS_USER, COMPILED_USER)
 PROVENANCE = "gpu-admission.io/mutated"
 ROUTING = "e2e-equivalence-routing"
 CANARY = "e2e-canary"
@@ -48,6 +50,8 @@ def _user_condition(expression: str) -> dict[str, str]:
 
 ONLY = {user: _user_condition(f"request.userInfo.username == '{user}'") for user in TOKENS}
 NEITHER = _user_condition(f"!(request.userInfo.username in {json.dumps(list(TOKENS))})".replace('"', "'"))
+#: the compiled policies act for the compiled setup, and alone (no webhook) for the in-process user
+COMPILED_ONLY = _user_condition(f"request.userInfo.username in {json.dumps([COMPILED_USER, IN_PROCESS_USER])}".replace('"', "'"))
 
 
 @dataclass
@@ -118,7 +122,7 @@ class Setups:
         major, minor = (int(p) for p in apiserver.version.split(".")[:2])
         self.version = (major, minor)
         self.compiled_dir = folder / "compiled"
-        self.servers = {
+        self.servers = {  # (the users ROUTED names)
             WEBHOOKS_USER: Admission(apiserver, admin, folder / "webhooks", folder / "webhooks-policies"),
             COMPILED_USER: Admission(apiserver, admin, folder / "slimmed", folder / "slimmed-policies",
                                      serve_args=("--compiled", str(self.compiled_dir))),
@@ -217,7 +221,7 @@ class Setups:
                 wanted += [d for d in yaml.safe_load_all(files[name]) if isinstance(d, dict)]
         for doc in wanted:
             if doc["kind"] in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"):
-                doc["spec"]["matchConditions"] = [*(doc["spec"].get("matchConditions") or []), ONLY[COMPILED_USER]]
+                doc["spec"]["matchConditions"] = [*(doc["spec"].get("matchConditions") or []), COMPILED_ONLY]
         self.generation += 1
         wanted += _canaries(self.generation, self.version)
         names = {(d["kind"], d["metadata"]["name"]) for d in wanted}
@@ -356,8 +360,8 @@ def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "", moved
             return "different", f"warnings differ: webhooks only {sorted((a_warn - b_warn).elements())}, compiled only {sorted((b_warn - a_warn).elements())}"
         return "same", ""
     a_found, b_found = findings(a_msg), findings(b_msg)
-    if a_found is not None and b_found is None and a_msg.find('"mutate.gpu-admission.io"') >= 0 and all(
-            re.match(r"\[([^\]]+)\] ", f) and re.match(r"\[([^\]]+)\] ", f).group(1) in moved for f in a_found[1]):
+    if a_found is not None and b_found is None and '"mutate.gpu-admission.io"' in a_msg and all(
+            _rule_of(f) in moved for f in a_found[1]):
         return "validated-first", f"kube-apiserver's validation: {b_msg[:200]}"
     if a_found is None or b_found is None:
         if a_msg == b_msg and webhooks.status == compiled.status:
@@ -368,6 +372,12 @@ def compare(webhooks: Outcome, compiled: Outcome, generate_name: str = "", moved
     if webhooks.status == compiled.status and b_found[1] and set(b_found[1]) <= set(a_found[1]):
         return "split", f"{len(b_found[1])} of {len(a_found[1])} findings, from the {b_found[0]} side"
     return "different", f"denials differ: webhooks {a_found[1]} vs compiled {b_found[1]}"
+
+
+def _rule_of(finding: str) -> str:
+    """"policy/rule" of a finding "[policy/rule] message"."""
+    found = re.match(r"\[([^\]]+)\] ", finding)
+    return found.group(1) if found else ""
 
 
 def diff(a: Any, b: Any, at: str = "") -> str:
