@@ -22,6 +22,7 @@ from webhook.policy import match, schema
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
+from webhook.policy.offload import Offload
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -60,34 +61,6 @@ class _Rule:
 def _rule(name: str, module: ModuleType) -> _Rule:
     """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``), under its settings name."""
     return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None))
-
-
-class _Offloaded:
-    """A rule whose compiled parts kube-apiserver runs (``serve --compiled``): on a pod spec that
-    names DRA claims, which compiled policies leave alone, the whole rule; on the others, the
-    parts left to the webhook (``rest``), or nothing."""
-
-    __slots__ = ("whole", "rest")
-
-    def __init__(self, whole: Callable[[RuleContext, Any], None], rest: Callable[[RuleContext, Any], None] | None) -> None:
-        self.whole, self.rest = whole, rest
-
-    def __call__(self, ctx: RuleContext, cfg: Any) -> None:
-        if "resourceClaims" in ctx.spec:
-            self.whole(ctx, cfg)
-        elif self.rest is not None:
-            self.rest(ctx, cfg)
-
-
-def _step_run(policies: PolicySet, rule: _Rule, policy: str, kind: tuple[str, str]) -> Callable[[RuleContext, Any], None]:
-    """The function a plan runs for one rule: the rule itself, unless compiled policies run some of it."""
-    offloaded = policies.offload
-    if offloaded is None or kind not in offloaded.kinds:
-        return rule.run
-    part = offloaded.webhook.get((policy, rule.name), "all")
-    if part == "all":
-        return rule.run
-    return _Offloaded(rule.run, rule.rest if part == "rest" else None)
 
 
 #: Every rule family, in the order they run within a policy.
@@ -226,7 +199,7 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
             dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple((_step_run(policies, rule, policy.metadata.name, (group, kind)), cfg,
+                rules=tuple((_step_run(policies.offload, rule, policy.metadata.name, (group, kind)), cfg,
                              (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
                 dry=dry if any(dry) else None,
                 is_gpu=is_gpu,
@@ -242,6 +215,13 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
             ))
         plans = policies.memo[key] = tuple(built)
     return plans
+
+
+def _step_run(offloaded: Offload | None, rule: _Rule, policy: str, kind: tuple[str, str]) -> Callable[[RuleContext, Any], None]:
+    """The function a plan runs for one rule: the rule itself, unless compiled policies run some of it."""
+    if offloaded is None:
+        return rule.run
+    return offloaded.run_for(rule.run, rule.rest, policy, rule.name, kind)
 
 
 def _lifted(policies: PolicySet, request: Request, obj: dict[str, Any]) -> match.Lifted:

@@ -37,13 +37,13 @@ class PolicySet:
     exceptions: tuple[schema.GPUPolicyException, ...] = ()
     kinds: dict[tuple[str, str], KindPaths] = field(default_factory=lambda: kind_index(BUILTIN_KINDS))
     fingerprint: str = ""
-    #: the rule parts compiled policies run in kube-apiserver, which the engine leaves to them
-    #: (``serve --compiled``; None: the engine runs every rule whole)
-    offload: Offload | None = field(default=None, compare=False)
     #: what the engine works out once per policy set (its rule plans); not part of equality
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     #: JSON pointers of the paths the rules write, shared by the patch builders
     pointers: dict[tuple[str | int, ...], str] = field(default_factory=dict, compare=False, repr=False)
+    #: the rule parts compiled policies run in kube-apiserver, which the engine leaves to them
+    #: (``serve --compiled``; None: the engine runs every rule whole)
+    offload: Offload | None = field(default=None, compare=False)
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

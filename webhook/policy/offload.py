@@ -158,6 +158,14 @@ def _resource_shape(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
     return tuple(parts), "none"
 
 
+def _node_affinity(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
+    keys = [r.key for r in cfg.required] + [r.key for extra in cfg.byResource for r in extra.required]
+    what = "required node affinity ANDed into every term (preferred terms added), contradictions refused"
+    if len(keys) != len(set(keys)):
+        return (Part(what, False, "requirements on one key see each other's merge: not compiled"),), "all"
+    return (Part(what, True),), "none"
+
+
 def _runtime_class(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
     return (Part("runtimeClassName set (spec.overhead dropped)", True),
             Part("refuse a RuntimeClass the cluster lacks", False, _needs("the RuntimeClasses"))), "rest"
@@ -211,15 +219,14 @@ def _left(what: str, why: str) -> _Parts:
 
 _PARTS: dict[str, _Parts] = {
     "tolerations": lambda cfg: ((Part("GPU tolerations (JSONPatch: tolerations are an atomic list)", True),), "none"),
-    "nodeAffinity": _left("node affinity merged into every term, contradictions refused",
-                          "not compiled: the term-by-term merge stays on the webhook"),
+    "nodeAffinity": lambda cfg: _node_affinity(cfg),
     "runtimeClass": _runtime_class,
     "priorityClass": _priority_class,
     "securityContext": _security_context,
     "shm": _shm,
     "gpuVisibility": _gpu_visibility,
-    "spreadReplicas": _left("pod anti-affinity between replicas", "not compiled: pod-affinity terms stay on the webhook"),
-    "trainingLocality": _left("pod affinity within one training job", "not compiled: pod-affinity terms stay on the webhook"),
+    "spreadReplicas": lambda cfg: ((Part("pod anti-affinity between replicas", True),), "none"),
+    "trainingLocality": lambda cfg: ((Part("pod affinity within one training job", True),), "none"),
     "notebookLifetime": _notebook_lifetime,
     "resourceShape": _resource_shape,
     "draClaims": _left("DRA claims and the claims pods name", _needs("ResourceClaims, DeviceClasses and ResourceSlices")),
@@ -228,8 +235,8 @@ _PARTS: dict[str, _Parts] = {
 }
 
 #: rules whose changes a MutatingAdmissionPolicy makes (their checks go with them)
-_MUTATIONS = frozenset({"tolerations", "runtimeClass", "priorityClass", "securityContext", "shm", "gpuVisibility",
-                        "notebookLifetime"})
+_MUTATIONS = frozenset({"tolerations", "nodeAffinity", "runtimeClass", "priorityClass", "securityContext", "shm", "gpuVisibility",
+                        "spreadReplicas", "trainingLocality", "notebookLifetime"})
 
 
 def compilable_kinds(policies: PolicySet) -> frozenset[tuple[str, str]]:
@@ -260,6 +267,10 @@ def digest(policies: PolicySet, name: str) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
+#: a rule's run function (context, settings)
+Run = Callable[[Any, Any], None]
+
+
 @dataclass(frozen=True)
 class Offload:
     """What the slimmed webhook leaves to compiled policies: per (policy, rule), "none" or "rest",
@@ -267,6 +278,28 @@ class Offload:
 
     kinds: frozenset[tuple[str, str]]
     webhook: Mapping[tuple[str, str], WebhookPart]
+
+    def run_for(self, whole: Run, rest: Run | None, policy: str, rule: str, kind: tuple[str, str]) -> Run:
+        """What the engine runs of one rule of a policy on a kind (once per policy set: plans are kept)."""
+        part = self.webhook.get((policy, rule), "all") if kind in self.kinds else "all"
+        return whole if part == "all" else OffloadedRule(whole, rest if part == "rest" else None)
+
+
+class OffloadedRule:
+    """A rule whose compiled parts kube-apiserver runs: on a pod spec that names DRA claims, which
+    compiled policies leave alone, the whole rule; on the others, the parts left to the webhook
+    (``rest``), or nothing."""
+
+    __slots__ = ("whole", "rest")
+
+    def __init__(self, whole: Run, rest: Run | None) -> None:
+        self.whole, self.rest = whole, rest
+
+    def __call__(self, ctx: Any, cfg: Any) -> None:
+        if "resourceClaims" in ctx.spec:
+            self.whole(ctx, cfg)
+        elif self.rest is not None:
+            self.rest(ctx, cfg)
 
 
 def record(policies: PolicySet, version: tuple[int, int]) -> dict[str, object]:

@@ -18,7 +18,8 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     current, name = ctx.spec.get("runtimeClassName"), cfg.name
     if current == name or (current and not cfg.override):
         return
-    if _missing(ctx, cfg):
+    if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(name) is None:
+        _report_missing(ctx, cfg)
         return
     ctx.builder.put(ctx.spec, ctx.spec_at, "runtimeClassName", name)
     # the RuntimeClass plugin fills overhead from the class on its next pass and
@@ -32,16 +33,13 @@ def run_rest(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     """The part a compiled policy leaves to the webhook (webhook.policy.offload): the class it set
     must exist, which needs the cluster's RuntimeClasses."""
     if not is_windows(ctx.spec) and ctx.spec.get("runtimeClassName") == cfg.name:
-        _missing(ctx, cfg)
+        if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(cfg.name) is None:
+            _report_missing(ctx, cfg)
 
 
-def _missing(ctx: RuleContext, cfg: RuntimeClassRule) -> bool:
-    """Report the policy's class when the cluster is known not to have it."""
-    if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(cfg.name) is None:
-        ctx.report(
-            f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
-            "create it (deploy/runtimeclass) or change the policy",
-            "spec.runtimeClassName",
-        )
-        return True
-    return False
+def _report_missing(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
+    ctx.report(
+        f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
+        "create it (deploy/runtimeclass) or change the policy",
+        "spec.runtimeClassName",
+    )
