@@ -134,3 +134,16 @@ def test_digests_follow_what_the_compiled_form_depends_on() -> None:
     policies = loader.load_directory(POLICIES)
     assert offload.digest(policies, "gpu-defaults") == offload.digest(loader.load_directory(POLICIES), "gpu-defaults")
     assert offload.digest(policies, "gpu-defaults") != offload.digest(policies, "gpu-validations")
+
+
+def test_node_affinity_with_two_requirements_on_one_key_stays_on_the_webhook() -> None:
+    """Each requirement's merge would see the other's: what the compiled patch does not model."""
+    one_key = loader.load_text(SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}", """nodeAffinity:
+      required: [{key: zone, operator: In, values: [a, b]}]
+      byResource: [{resources: ["nvidia.com/mig-*"], required: [{key: zone, operator: NotIn, values: [c]}]}]"""))
+    (row,) = offload.coverage(one_key, (1, 36))
+    assert row.status == "webhook" and "one key" in row.left_parts()[0].why
+    two_keys = loader.load_text(SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}", """nodeAffinity:
+      required: [{key: zone, operator: In, values: [a, b]}]"""))
+    (row,) = offload.coverage(two_keys, (1, 36))
+    assert row.status == "compiled" and row.webhook == "none"

@@ -20,7 +20,7 @@ from webhook.gpu import mig
 from webhook.gpu.resources import ResourceMatcher
 from webhook.policy import severity
 from webhook.policy.settings.base import Mode
-from webhook.policy.settings.mutation import GpuVisibilityRule, NotebookLifetimeRule, SecurityContextRule
+from webhook.policy.settings.mutation import GpuVisibilityRule, NodeAffinityRule, NotebookLifetimeRule, SecurityContextRule
 from webhook.policy.settings.validation import ResourceShapeRule, Severity
 
 _MODE_LETTER = {"enforce": "E", "warn": "W", "audit": "A"}
@@ -324,6 +324,33 @@ def _truthy(value: str) -> str:
     """Python's truth of a JSON value."""
     return (f"(type({value}) == map ? size({value}) > 0 : (type({value}) == list ? size({value}) > 0 : "
             f"(type({value}) == string ? {value} != '' : (type({value}) == bool ? {value} : type({value}) != null_type))))")
+
+
+def node_affinity(checks: Checks, cfg: NodeAffinityRule, is_gpu: str) -> str:
+    """``node_affinity.run``'s check (onConflict: deny): a required expression the nodeSelector
+    contradicts, or every required term does."""
+    from webhook.cel import affinity
+    from webhook.cel.patches import _requirements
+
+    if cfg.onConflict != "deny":
+        return "[]"
+    required, _ = _requirements(cfg, is_gpu)
+    selector = cel.sub_map("t.spec", "nodeSelector")
+    terms = cel.sub_list(cel.sub_map(cel.sub_map(cel.sub_map("t.spec", "affinity"), "nodeAffinity"), affinity.REQUIRED[2]),
+                         affinity.REQUIRED[3])
+    found = []
+    for condition, wanted in required:
+        described = affinity.describe(wanted)
+        tail = cel.quote(f"; the policy requires {described}, so no allowed node could run it")
+        key = cel.quote(str(wanted.get("key")))
+        pinned = checks.finding(f"{where()} + ': nodeSelector pins ' + {key} + '=' + string(S[{key}]) + "
+                                f"{cel.quote(f', which is not {described}')} + {tail}")
+        every = checks.finding(f"{where()} + {cel.quote(f': every required node-affinity term contradicts {described}')} + {tail}")
+        all_conflict = f"size(T) > 0 && T.all(term, {affinity.term_relation('term', wanted)} == 'conflicts')"
+        judged = (f"[{affinity.pinned('S', wanted)}].map(p, p == 'conflicts' ? [{pinned}] : "
+                  f"(p == 'implies' ? [] : ({all_conflict} ? [{every}] : [])))[0]")
+        found.append(cel.when(condition, judged, "[]"))
+    return f"[{selector}].map(S, [{terms}].map(T, {' + '.join(found) or '[]'})[0])[0]"
 
 
 def notebook_lifetime(checks: Checks, cfg: NotebookLifetimeRule) -> str:

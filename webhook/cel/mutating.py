@@ -24,11 +24,14 @@ from webhook.cel.validating import LABELS, NAME, Compilation, pod_update
 #: given the settings and the policy's GPU test of a resource name ``n``)
 MUTATIONS: dict[str, tuple[str, Callable[[Any, str], str]]] = {
     "tolerations": ("tolerations", lambda cfg, gpu: patches.tolerations(cfg)),
+    "nodeAffinity": ("nodeAffinity", patches.node_affinity),
     "runtimeClass": ("runtimeClassName", lambda cfg, gpu: patches.runtime_class(cfg)),
     "priorityClass": ("priorityClassName", lambda cfg, gpu: patches.priority_class(cfg)),
     "securityContext": ("securityContext", lambda cfg, gpu: patches.security_context(cfg)),
     "shm": ("shm", patches.shm),
     "gpuVisibility": ("gpuVisibility", patches.gpu_visibility),
+    "spreadReplicas": ("spreadReplicas", lambda cfg, gpu: patches.spread_replicas(cfg)),
+    "trainingLocality": ("trainingLocality", lambda cfg, gpu: patches.training_locality(cfg)),
     "notebookLifetime": ("activeDeadlineSeconds", lambda cfg, gpu: patches.notebook_lifetime(cfg)),
 }
 PROVENANCE = "gpu-admission.io/mutated"

@@ -14,17 +14,21 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from webhook.cel import podspecs
+from webhook.cel import affinity, podspecs
 from webhook.cel import syntax as cel
+from webhook.policy.rules.node_affinity import expression
 from webhook.policy.rules import tolerations as toleration_rule
 from webhook.policy.schema import TolerationsRule
 from webhook.policy.settings.mutation import (
     GpuVisibilityRule,
+    NodeAffinityRule,
     NotebookLifetimeRule,
     PriorityClassRule,
     RuntimeClassRule,
     SecurityContextRule,
     ShmRule,
+    SpreadReplicasRule,
+    TrainingLocalityRule,
 )
 
 MIB = 2**20
@@ -313,3 +317,128 @@ def notebook_lifetime(cfg: NotebookLifetimeRule) -> str:
     owned = f"{cel.sub_list('t.meta', 'ownerReferences')}.exists(r, type(r) == map && has(r.controller) && r.controller == true)"
     conditions = [unset] + ([cel.negate(owned)] if cfg.skipControllerOwned else [])
     return cel.when(cel.every(*conditions), f"[{add('t.at + ' + cel.quote('/activeDeadlineSeconds'), str(cfg.activeDeadlineSeconds))}]", "[]")
+
+
+# -- nodeAffinity
+
+def _requirements(cfg: NodeAffinityRule, is_gpu: str) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
+    """``node_affinity._requirements``: (condition, expression) of each required requirement and
+    each preferred term, in order; a ``byResource`` entry's when the pod asks for its resources
+    as extended resources."""
+    required = [("true", expression(r)) for r in cfg.required]
+    preferred = [("true", _preferred(p)) for p in cfg.preferred]
+    for extra in cfg.byResource:
+        asks = f"t.cs.exists(c, c.gpus.exists(n, {is_gpu} && {cel.matcher('n', extra.resources)}))"
+        required += [(asks, expression(r)) for r in extra.required]
+        preferred += [(asks, _preferred(p)) for p in extra.preferred]
+    return required, preferred
+
+
+def _preferred(term: Any) -> dict[str, Any]:
+    return {"weight": term.weight, "preference": {"matchExpressions": [expression(e) for e in term.matchExpressions]}}
+
+
+def node_affinity(cfg: NodeAffinityRule, is_gpu: str) -> str:
+    """``node_affinity.run``'s changes (``affinity.require`` and ``prefer``): each required
+    expression ANDed into every term that does not imply it (or into a first term), unless the
+    nodeSelector settles it or every term contradicts it (the ValidatingAdmissionPolicy refuses
+    that); preferred terms added once. Compiled for requirements of distinct keys only
+    (``offload``), whose merges then do not see each other."""
+    required, preferred = _requirements(cfg, is_gpu)
+    if not required and not preferred:
+        return "[]"
+    node = cel.sub_map(cel.sub_map("t.spec", "affinity"), "nodeAffinity")
+    required_key, terms_key = affinity.REQUIRED[2], affinity.REQUIRED[3]
+    terms = cel.sub_list(cel.sub_map(node, required_key), terms_key)
+    # the requirements the nodeSelector leaves to the terms (S: the nodeSelector)
+    reaching = [cel.every(condition, f"[{affinity.pinned('S', w)}].map(p, p == '' || p == 'independent')[0]")
+                for condition, w in required]
+    # no terms yet (T empty): one, of every requirement that reaches it (F)
+    first = "[" + ", ".join(cel.when(r, f"[{value(w)}]", "[]") for r, (_, w) in zip(reaching, required)) + "].flatten()"
+    # terms (T): per requirement, the terms to append it to, unless every term contradicts it
+    to_terms = [f"[T.map(term, {affinity.term_relation('term', w)})].map(R, {r} && !R.all(x, x == 'conflicts') ? "
+                "R.map(x, x != 'implies') : R.map(x, false))[0]" for r, (_, w) in zip(reaching, required)]
+    at = "t.at + '/affinity/nodeAffinity'"
+    term_at = f"{at} + {cel.quote(f'/{required_key}/{terms_key}/')} + string(k)"
+    appends = "[]"
+    if required:
+        items = "[" + ", ".join(f"A[{i}][k] ? [{value(w)}] : []" for i, (_, w) in enumerate(required)) + "].flatten()"
+        appends = (f"[[{', '.join(to_terms)}]].map(A, T.transformList(k, term, type(term) == map, {items}))[0]"
+                   f".transformList(k, W, size(W) > 0, {append('T[k]', term_at, 'matchExpressions', 'W')}).flatten()")
+    # preferred terms not there yet, nor added by an identical one before them (Q)
+    current = cel.sub_list(node, affinity.PREFERRED[2])
+    kept: list[dict[str, Any]] = []
+    pick = []
+    for condition, term in preferred:
+        if term not in kept:
+            kept.append(term)
+            pick.append(cel.when(cel.every(condition, f"!{current}.exists(x, x == {value(term)})"), f"[{value(term)}]", "[]"))
+    prefs = f"[{', '.join(pick)}].flatten()" if pick else "[]"
+    first_term = "[{'matchExpressions': F}]"
+    fresh = (f"{{{cel.quote(required_key)}: dyn({{{cel.quote(terms_key)}: {first_term}}}), {cel.quote(affinity.PREFERRED[2])}: dyn(Q)}}"
+             f".transformMap(key, v, key == {cel.quote(required_key)} ? size(F) > 0 : size(Q) > 0, v)")
+    has_affinity = "has(t.spec.affinity) && type(t.spec.affinity) == map"
+    has_node = f"{has_affinity} && has(t.spec.affinity.nodeAffinity) && type(t.spec.affinity.nodeAffinity) == map"
+    has_required = f"{has_node} && {cel.has('t.spec.affinity.nodeAffinity', required_key)} && type({cel.field('t.spec.affinity.nodeAffinity', required_key)}) == map"
+    into_required = (f"size(T) > 0 ? {appends} : (size(F) == 0 ? [] : ({has_required} ? "
+                     f"[{add(at + ' + ' + cel.quote(f'/{required_key}/{terms_key}'), first_term)}] : "
+                     f"[{add(at + ' + ' + cel.quote(f'/{required_key}'), '{' + cel.quote(terms_key) + ': ' + first_term + '}')}]))")
+    into_preferred = f"size(Q) == 0 ? [] : {append('t.spec.affinity.nodeAffinity', at, affinity.PREFERRED[2], 'Q')}"
+    nothing = "size(F) == 0 && size(Q) == 0"
+    ops = (f"!({has_affinity}) ? ({nothing} ? [] : [{add('t.at + ' + cel.quote('/affinity'), '{' + cel.quote('nodeAffinity') + ': ' + fresh + '}')}]) : "
+           f"(!({has_node}) ? ({nothing} ? [] : [{add(at, fresh)}]) : ({into_required}) + ({into_preferred}))")
+    selector = cel.sub_map("t.spec", "nodeSelector")
+    return f"[{selector}].map(S, [{terms}].map(T, [{first}].map(F, [{prefs}].map(Q, {ops})[0])[0])[0])[0]"
+
+
+# -- spreadReplicas, trainingLocality
+
+def _pod_term(kind: tuple[str, str], required: bool, weight: int, topology_key: str, selector: str) -> str:
+    """``affinity.add_pod_term`` with the CEL map ``selector`` (none when it is empty): the term,
+    unless one of the same selector (matchLabels only) and topology key is there, required or
+    preferred."""
+    section, lists = kind[1], ("requiredDuringSchedulingIgnoredDuringExecution", "preferredDuringSchedulingIgnoredDuringExecution")
+    base = cel.sub_map(cel.sub_map("t.spec", "affinity"), section)
+    existing = (f"({cel.sub_list(base, lists[0])}.filter(x, type(x) == map) + "
+                f"{cel.sub_list(base, lists[1])}.filter(x, type(x) == map && has(x.podAffinityTerm) && type(x.podAffinityTerm) == map)"
+                ".map(x, x.podAffinityTerm))")
+    same = (f"{existing}.exists(x, has(x.topologyKey) && x.topologyKey == {cel.quote(topology_key)} && "
+            "has(x.labelSelector) && type(x.labelSelector) == map && "
+            f"{cel.sub_map('x.labelSelector', 'matchLabels')} == L && {cel.sub_list('x.labelSelector', 'matchExpressions')}.size() == 0)")
+    term = f"{{'labelSelector': dyn({{'matchLabels': L}}), 'topologyKey': dyn({cel.quote(topology_key)})}}"
+    item = term if required else f"{{'weight': dyn({weight}), 'podAffinityTerm': dyn({term})}}"
+    key = lists[0] if required else lists[1]
+    has_affinity = "has(t.spec.affinity) && type(t.spec.affinity) == map"
+    node = f"t.spec.affinity.{section}"
+    at = f"t.at + '/affinity/{section}'"
+    ops = (f"!({has_affinity}) ? [{add('t.at + ' + cel.quote('/affinity'), '{' + cel.quote(section) + ': {' + cel.quote(key) + ': [' + item + ']}}')}] : "
+           f"(!(has({node}) && type({node}) == map) ? [{add(at, '{' + cel.quote(key) + ': [' + item + ']}')}] : "
+           f"{append(node, at, key, '[' + item + ']')})")
+    return f"[{selector}].map(L, size(L) == 0 || {same} ? [] : {ops})[0]"
+
+
+def spread_replicas(cfg: SpreadReplicasRule) -> str:
+    """``spread_replicas.run``: anti-affinity on the workload's own selector (a template at
+    /spec/template: the object's ``spec.selector`` of matchLabels only), else on the pod's labels
+    but those that differ between replicas."""
+    own = cel.sub_map(cel.sub_map("object", "spec"), "selector")
+    by_selector = f"{cel.sub_map(own, 'matchLabels')}.transformMap(k, v, string(v))"
+    by_labels = f"{cel.sub_map('t.meta', 'labels')}.transformMap(k, v, !(k in {cel.strings(cfg.ignoreLabels)}), string(v))"
+    use_own = f"t.at == '/spec/template/spec' && size({own}) > 0 && {cel.sub_list(own, 'matchExpressions')}.size() == 0"
+    selector = f"({use_own} ? {by_selector} : {by_labels})"
+    return _pod_term(("affinity", "podAntiAffinity"), cfg.type == "required", cfg.weight, cfg.topologyKey, selector)
+
+
+def training_locality(cfg: TrainingLocalityRule) -> str:
+    """``training_locality.run``: affinity on the job-identity label of the pod (or, in a template,
+    the object's name for the kinds whose operator sets it)."""
+    labels = cel.sub_map("t.meta", "labels")
+    selector = "{}"
+    for identity in reversed(cfg.jobIdentities):  # named by the request's kind (not a pod, the object named)
+        selector = cel.when(f"request.kind.kind in {cel.strings(identity.kinds)}",
+                            f"{{{cel.quote(identity.label)}: request.name}}", selector)
+    selector = cel.when("t.at == '/spec' || request.name == ''", "{}", selector)
+    for identity in reversed(cfg.jobIdentities):  # the pod's own label first
+        label = cel.quote(identity.label)
+        selector = cel.when(f"{label} in {labels}", f"{{{label}: string({labels}[{label}])}}", selector)
+    return _pod_term(("affinity", "podAffinity"), cfg.type == "required", cfg.weight, cfg.topologyKey, selector)

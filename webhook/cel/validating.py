@@ -54,6 +54,7 @@ CHECKS: dict[str, RuleCheck] = {
     "securityContext": RuleCheck("M", lambda checks, cfg, windows: findings.security_context(checks, cfg, windows)),
     "gpuVisibility": RuleCheck("M", lambda checks, cfg, windows: findings.gpu_visibility(checks, cfg)),
     "notebookLifetime": RuleCheck("M", lambda checks, cfg, windows: findings.notebook_lifetime(checks, cfg)),
+    "nodeAffinity": RuleCheck("M", lambda checks, cfg, windows: findings.node_affinity(checks, cfg, checks.is_gpu("n"))),
 }
 
 
