@@ -18,7 +18,7 @@ from typing import Any
 from webhook.cel import patches, podspecs, scope
 from webhook.cel import syntax as cel
 from webhook.cel.reach import Reach
-from webhook.cel.validating import LABELS, NAME, Compilation, pod_update
+from webhook.cel.validating import NAME, Compilation, admission_policy, pod_update
 
 #: rule → (what the provenance annotation calls its change, its JSONPatch CEL for the pod spec ``t``
 #: given the settings and the policy's GPU test of a resource name ``n``)
@@ -52,24 +52,8 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
         {"name": "targets", "expression": podspecs.targets(podspecs.raw_targets("object", compilation.kinds),
                                                            list(compilation.policies.gpu_resources), classes)},
     ]
-    policy_doc = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": dict(LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "IfNeeded",
-            "matchConstraints": reach.match_constraints,
-            "matchConditions": reach.match_conditions,
-            "variables": variables,
-            "mutations": mutations,
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": NAME, "labels": dict(LABELS)},
-        "spec": {"policyName": NAME},
-    }
-    return [policy_doc, binding]
+    return admission_policy("MutatingAdmissionPolicy", NAME, reach, {"variables": variables, "mutations": mutations}, {},
+                            reinvocation="IfNeeded")
 
 
 #: a policy's compiled mutations: (policy, [(rule, settings)])

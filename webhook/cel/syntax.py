@@ -77,22 +77,21 @@ def strings(items: Iterable[str]) -> str:
 
 def every(*conditions: str) -> str:
     """Conditions ANDed ("true" when none)."""
-    kept = [c for c in conditions if c != "true"]
-    if "false" in kept:
-        return "false"
-    if len(kept) > 1:
-        return "(" + " && ".join(f"({c})" for c in kept) + ")"
-    return kept[0] if kept else "true"
+    return _combine(conditions, "&&", neutral="true", absorbing="false")
 
 
 def some(*conditions: str) -> str:
     """Conditions ORed ("false" when none)."""
-    kept = [c for c in conditions if c != "false"]
-    if "true" in kept:
-        return "true"
+    return _combine(conditions, "||", neutral="false", absorbing="true")
+
+
+def _combine(conditions: Iterable[str], operator: str, *, neutral: str, absorbing: str) -> str:
+    kept = [c for c in conditions if c != neutral]
+    if absorbing in kept:
+        return absorbing
     if len(kept) > 1:
-        return "(" + " || ".join(f"({c})" for c in kept) + ")"
-    return kept[0] if kept else "false"
+        return "(" + f" {operator} ".join(f"({c})" for c in kept) + ")"
+    return kept[0] if kept else neutral
 
 
 def negate(condition: str) -> str:

@@ -232,20 +232,20 @@ def _limited(findings_var: str) -> str:
 
 def _policy(name: str, action: str, reach: Reach, variables: list[dict[str, str]],
             validations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": reach.match_constraints,
-            "matchConditions": reach.match_conditions,
-            "variables": variables,
-            "validations": validations,
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": dict(LABELS)},
-        "spec": {"policyName": name, "validationActions": [action]},
-    }
-    return [policy, binding]
+    return admission_policy("ValidatingAdmissionPolicy", name, reach, {"variables": variables, "validations": validations},
+                            {"validationActions": [action]})
+
+
+def admission_policy(kind: str, name: str, reach: Reach, spec: dict[str, Any], binding: dict[str, Any],
+                     reinvocation: str | None = None) -> list[dict[str, Any]]:
+    """A policy of ``kind`` (failing closed, with the webhooks' reach) and its binding."""
+    meta = {"name": name, "labels": dict(LABELS)}
+    head: dict[str, Any] = {"failurePolicy": "Fail"}
+    if reinvocation is not None:
+        head["reinvocationPolicy"] = reinvocation
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": meta,
+         "spec": {**head, "matchConstraints": reach.match_constraints, "matchConditions": reach.match_conditions, **spec}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": f"{kind}Binding", "metadata": dict(meta),
+         "spec": {"policyName": name, **binding}},
+    ]
