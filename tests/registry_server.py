@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support import listening_port, send_json
+from tests.support import listening_port, send_json, unavailable
 
 BINARY = shutil.which("docker-registry")
 HTPASSWD = shutil.which("htpasswd")
@@ -52,8 +52,12 @@ class Registry:
 
 @contextmanager
 def run_registry(workdir: Path, auth: str = "none") -> Iterator[Registry]:
-    """A registry on a port the kernel picks: ``auth`` none, htpasswd (user "puller") or token (anonymous pull)."""
-    assert BINARY is not None
+    """A registry on a port the kernel picks: ``auth`` none, htpasswd (user "puller") or token (anonymous pull).
+
+    Without the binaries the test skips, or fails where the whole suite must run (``unavailable``)."""
+    if BINARY is None or HTPASSWD is None:
+        unavailable("docker-registry / htpasswd not installed (make test installs Debian's docker-registry "
+                    "and apache2-utils)")
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "error", "accesslog": {"disabled": True}},

@@ -71,9 +71,19 @@ def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
         [sys.executable, "bench/server.py", "--rounds", "1", "--requests", "200"],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
     )
-    for case in ("training pod", "Deployment", "20-container pod", "pod without GPU"):
-        assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
-                         r"+\d+us +\d+us +[\d.]+x +[\d.]+-[\d.]+x  (met|NOT met)$", result.stdout, re.M), result.stdout
+    out = result.stdout
+    tables = out.split("gpu-admission WARNING (--log-level WARNING")
+    assert len(tables) == 2 and tables[0].startswith("gpu-admission (as shipped: --log-level INFO"), out
+    for table in tables:  # as shipped, then at WARNING: a row per payload in each
+        for case in ("training pod", "PyTorchJob pod", "Deployment", "20-container pod", "pod without GPU"):
+            assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
+                             r"+\d+us +\d+us +[\d.]+x +[\d.]+-[\d.]+x  (met|NOT met)$", table, re.M), out
+    # a line per patch or denial at INFO: three of the five payloads are patched (not the Deployment,
+    # whose template the shipped policies only check, nor the pod without GPU), 200 requests each
+    logged = re.search(r"^log lines written: gpu-admission ([\d,]+) \(([\d.]+) per admission\), 0 dropped; "
+                       r"gpu-admission WARNING (\d+) \([\d.]+ per admission\), 0 dropped$", out, re.M)
+    assert logged, out
+    assert 3 * 200 <= int(logged.group(1).replace(",", "")) < 3 * 200 + 10 and int(logged.group(3)) < 10, out
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is installed by make bench-instructions")
@@ -89,4 +99,17 @@ def test_bench_instructions_counts_an_admission_and_the_null_webhooks_work() -> 
     # admission runs in fewer instructions than the null webhook's json round trip, the interpreted one in more
     assert ours > 10_000 and null > 10_000, result.stdout
     assert abs(ours / null - float(found.group(3))) < 0.011, result.stdout
-    assert re.search(r"^admissions 3 - 1 per count; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^admissions 3 - 1 per count; log level INFO; policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout
+
+
+def test_bench_report_writes_reports_from_the_fake_and_prints_time_and_memory() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/report.py", "--nodes", "20", "--pods", "400"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True,
+    )
+    out = result.stdout
+    for name in ("report (first run)", "report (second run)", "audit --cluster -o json (baseline)"):
+        assert re.search(rf"^{re.escape(name)}\s+wall\s+[\d.]+ s  CPU\s+[\d.]+ s  peak RSS\s+\d+ MB  exit \d$", out, re.M), out
+    written = re.search(r"^report: (\d+) PolicyReport\(s\) written \((\d+) objects;", out, re.M)
+    assert written and int(written.group(1)) > 0 and int(written.group(2)) > 0, out
+    assert re.search(r"^ratio report / audit: wall [\d.]+x, CPU [\d.]+x, peak RSS [\d.]+x$", out, re.M), out

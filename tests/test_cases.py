@@ -11,13 +11,14 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
 
 from tests.support import POLICIES, apply_patch, assert_same_in_place, assert_schema_valid, shipped_policies
 from webhook.policy import engine, loader
+from webhook.policy.decision import Decision
 from webhook.policy.request import Request
 from webhook.view.snapshot import SnapshotView
 
@@ -42,16 +43,29 @@ def _policies(suite: dict[str, Any], case: dict[str, Any]) -> loader.PolicySet:
     return loader.load_text("\n---\n".join([*shared, text]), "case")
 
 
-def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
+class Evaluated(NamedTuple):
+    policies: loader.PolicySet
+    view: SnapshotView
+    request: Request
+    phase: Any
+    decision: Decision
+
+
+def evaluate_case(suite: dict[str, Any], case: dict[str, Any]) -> Evaluated:
+    """The case's policies, cluster and request, and the engine's decision."""
     policies = _policies(suite, case)
     view = SnapshotView.from_objects(case.get("cluster", suite.get("cluster", [])), known=case.get("known", ()))
-    obj = case["object"]
     phase = case.get("phase", suite.get("phase", "mutate"))
-    request = Request.for_object(obj, operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
+    request = Request.for_object(case["object"], operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
     if "oldObject" in case:
         request = replace(request, old_object=case["oldObject"])
+    return Evaluated(policies, view, request, phase, engine.evaluate(policies, request, view, phase))
+
+
+def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
+    obj = case["object"]
     before = copy.deepcopy(obj)
-    decision = engine.evaluate(policies, request, view, phase)
+    policies, view, request, phase, decision = evaluate_case(suite, case)
     assert obj == before, "the engine changed the request's object"
     assert_same_in_place(policies, request, view, phase, decision)
     expect = case.get("expect", {})

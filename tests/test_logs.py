@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import pty
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.conftest import Pki, StartWebhook, Webhook
-from tests.support import corpus_reviews, load_review
+from tests.support import REPO, corpus_reviews, listening_port, load_review
 from webhook import logs, review
 from webhook.server import keys
 from webhook.view.snapshot import SnapshotView
@@ -140,3 +147,153 @@ async def test_a_note_is_no_audit_finding_nor_info_line_nor_audit_metric(
         await hook.review("/validate", sent)
     assert "gpu-validations/cudaDriver" in json.dumps([render(r) for r in caplog.records]), "the note was there"
     assert 'rule="cudaDriver"' not in hook.app[keys.METRICS].render().decode()
+
+
+def _denied_review(containers: int) -> dict[str, Any]:
+    """A pod review that /validate denies with a long message: ``containers`` containers asking for half a GPU."""
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    spec = sent["request"]["object"]["spec"]
+    spec["containers"] = [
+        {"name": f"worker-{i}", "image": "nginx:1.27", "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}
+        for i in range(containers)
+    ]
+    return sent
+
+
+def _dropped(metrics: str) -> float:
+    found = re.search(r"^gpu_admission_log_lines_dropped_total (\S+)$", metrics, re.MULTILINE)
+    assert found, "the server exports its dropped log lines"
+    return float(found.group(1))
+
+
+async def test_a_stalled_log_reader_costs_log_lines_never_answers(pki: Pki, policy_dir: Path) -> None:
+    """stdout and stderr on a pipe nobody reads (a stalled log shipper): once the pipe (64 KiB) and
+    the server's log buffer are full, its lines are dropped and counted, and it keeps answering
+    admissions and /healthz; once the pipe is read again, one line says how many were dropped."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "--log-level", "INFO", "serve", "--no-cluster", "--host", "127.0.0.1",
+         "--port", "0", "--policies", str(policy_dir), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)],
+        cwd=REPO, stdout=write_end, stderr=write_end,
+    )
+    os.close(write_end)
+    try:
+        base = f"https://127.0.0.1:{listening_port(proc)}"
+        body = json.dumps(_denied_review(20)).encode()
+        connector = aiohttp.TCPConnector(ssl=pki.client_context(), limit=8)
+        # (a bound for a hang, not a speed: an answer takes milliseconds, unless the server is stalled)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def get(path: str) -> str:
+                async with session.get(base + path) as resp:
+                    assert resp.status == 200, path
+                    return await resp.text()
+
+            async def denials(count: int) -> None:
+                async def one() -> None:
+                    async with session.post(base + "/validate", data=body, headers={"Content-Type": "application/json"}) as resp:
+                        assert resp.status == 200 and not (await resp.json())["response"]["allowed"]
+
+                await asyncio.gather(*(one() for _ in range(count)))
+
+            for _ in range(300):  # the server comes up; its first lines go into the pipe
+                with contextlib.suppress(aiohttp.ClientError):
+                    if await get("/readyz"):
+                        break
+                await asyncio.sleep(0.05)
+            for _ in range(40):  # a denial is a ~2.5 KB line: a few hundred fill the pipe and the buffer
+                await denials(100)
+                if _dropped(await get("/metrics")) > 0:
+                    break
+            stalled = _dropped(await get("/metrics"))
+            assert stalled > 0, "the lines that did not fit were dropped"
+            # still stalled: the server answers as before, and its lines keep being dropped
+            assert await get("/healthz") == "ok\n"
+            await denials(50)
+            dropped = _dropped(await get("/metrics"))
+            assert dropped >= stalled + 50
+        output = await asyncio.wait_for(asyncio.to_thread(_read_until, read_end, b"log lines dropped"), 60)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+        output += await asyncio.wait_for(asyncio.to_thread(_read_until, read_end, None), 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(read_end)
+    lines = [json.loads(line) for line in output.decode().splitlines()]
+    notices = [line for line in lines if "dropped" in line]
+    assert notices and sum(n["dropped"] for n in notices) == dropped, notices
+    assert notices[0]["msg"].startswith(f"{notices[0]['dropped']} log lines dropped: the log output (stderr) did not take")
+    assert lines[-1]["msg"] == "stopped"
+
+
+def _read_until(fd: int, marker: bytes | None) -> bytes:
+    """What ``fd`` gives until ``marker`` has come and a line has ended after it (``None``: until its end)."""
+    data = b""
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        data += chunk
+        if not chunk or (marker is not None and marker in data and data.endswith(b"\n")):
+            return data
+
+
+@pytest.mark.parametrize(("terminal", "flags", "text"), [(False, (), False), (True, (), True), (True, ("--log-format", "json"), False)],
+                         ids=["file", "terminal", "terminal-asked-json"])
+async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
+    pki: Pki, policy_dir: Path, terminal: bool, flags: tuple[str, ...], text: bool,
+) -> None:
+    """The line per admission as `serve` writes it (without a LogRecord): the same keys in both formats."""
+    read_end, write_end = pty.openpty() if terminal else os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "serve", "--no-cluster", "--host", "127.0.0.1", "--port", "0",
+         "--policies", str(policy_dir), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key), *flags],
+        cwd=REPO, stdout=write_end, stderr=write_end,
+    )
+    os.close(write_end)
+    sent = _denied_review(1)
+    try:
+        base = f"https://127.0.0.1:{listening_port(proc)}"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context())) as session:
+            async with session.post(base + "/validate", json=sent) as resp:
+                assert not (await resp.json())["response"]["allowed"]
+        output = await asyncio.wait_for(asyncio.to_thread(_read_until, read_end, b"deny: "), 60)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(read_end)
+    req = sent["request"]
+    line = next(line for line in output.decode().splitlines() if "deny: " in line)
+    if text:
+        assert re.fullmatch(
+            rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} INFO webhook\.server\.handlers: deny: \[gpu-validations/resourceShape\] .* "
+            rf"\[uid={req['uid']} kind=Pod operation=CREATE namespace={req['namespace']} object={req['name']} "
+            rf"endpoint=/validate verdict=deny rules=gpu-validations/resourceShape\]",
+            line.rstrip("\r"),
+        ), line
+    else:
+        entry = json.loads(line)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", entry.pop("time"))
+        assert entry.pop("msg").startswith("deny: [gpu-validations/resourceShape] Pod ")
+        assert entry == {
+            "level": "info", "logger": "webhook.server.handlers", "uid": req["uid"], "kind": "Pod", "operation": "CREATE",
+            "namespace": req["namespace"], "object": req["name"], "endpoint": "/validate", "verdict": "deny",
+            "rules": ["gpu-validations/resourceShape"],
+        }
+
+
+@pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])
+def test_a_record_that_cannot_be_formatted_is_a_line_saying_so(formatter: type[logs.JsonFormatter] | type[logs.TextFormatter]) -> None:
+    # logging's own handlers print a traceback to stderr itself, with a blocking write: this one never does
+    read_end, write_end = os.pipe()
+    output = logs.Output(formatter(), write_end)
+    try:
+        record = logging.makeLogRecord({"name": "webhook.x", "msg": "%d items", "args": ("many",), "levelname": "INFO"})
+        output.handle(record)
+        output.flush()
+        line = os.read(read_end, 1 << 16).decode()
+    finally:
+        output.close()
+        os.close(read_end)
+        os.close(write_end)
+    assert line.count("\n") == 1 and "unformattable log record: TypeError: %d format" in line and "%d items" in line, line

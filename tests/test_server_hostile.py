@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 import re
+import threading
 import zlib
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from tests.conftest import Webhook
 from tests.support import REPO, corpus_reviews, load_review
 from webhook.server.limits import Limits
+from webhook.view.snapshot import EMPTY_VIEW
 from webhook.server.metrics import REJECT_REASONS, Metrics
 
 
@@ -150,11 +152,34 @@ async def test_an_object_past_the_container_limit_is_answered_without_evaluation
     assert 'gpu_admission_requests_total{decision="deny",endpoint="/validate"' in await scrape(webhook)
 
 
-async def test_objects_within_the_limit_are_evaluated_off_the_loop(webhook: Webhook) -> None:
-    """A large body goes to a worker thread: same answer as inline evaluation."""
+class _Witness:
+    """The empty cluster view, noting the thread of each evaluation (each asks for the namespace)."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(EMPTY_VIEW, name)
+
+    def namespace(self, name: str) -> Any:
+        self.threads.append(threading.current_thread().name)
+        return EMPTY_VIEW.namespace(name)
+
+
+async def test_objects_within_the_limit_are_evaluated_off_the_loop(start_webhook: Any) -> None:
+    """A large body is evaluated by a worker thread, and answered as inline evaluation answers it."""
     sent = _many_containers(200)
     sent["request"]["object"]["metadata"]["annotations"] = {"padding": "x" * Limits().offload_bytes}
-    answer = (await webhook.review("/mutate", sent))["response"]
+    answers, threads = {}, {}
+    for how, limits in (("worker", Limits()), ("inline", Limits(offload_bytes=2**62))):
+        witness = _Witness()
+        hook = await start_webhook(view=witness, limits=limits)
+        answers[how] = (await hook.review("/mutate", sent))["response"]
+        threads[how] = witness.threads
+    assert threads["worker"] and all(t.startswith("evaluate_") for t in threads["worker"]), threads
+    assert threads["inline"] and set(threads["inline"]) == {threading.current_thread().name}, threads
+    assert answers["worker"] == answers["inline"]
+    answer = answers["worker"]
     assert answer["uid"] == sent["request"]["uid"] and answer["allowed"]
     ops = json.loads(base64.b64decode(answer["patch"]))
     assert ops, "the GPU pod is still mutated"

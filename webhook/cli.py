@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import __version__, certs
+from webhook.cluster import ledger_settings
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
+from webhook.logs import FORMATS
 from webhook.registry import flags
 from webhook.server.loop import CHOICES as EVENT_LOOPS
 
@@ -51,8 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     _certs_parser(sub)
     _policies_parser(sub)
     from webhook import audit
+    from webhook.audit import report_command, suite
 
     audit.add_parser(sub)
+    suite.add_parser(sub)
+    report_command.add_parser(sub)
     return parser
 
 
@@ -96,7 +101,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--idle-timeout", type=_positive_seconds, default=60.0, help="seconds before an idle connection is closed")
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
     p.add_argument("--eval-deadline", type=_positive_seconds, default=2.0, help="seconds a large object's evaluation may take")
-    p.add_argument("--log-format", choices=["json", "text"], default="json")
+    p.add_argument("--log-format", choices=FORMATS, default="auto",
+                   help="auto: text lines on a terminal, JSON lines otherwise (as in a pod)")
     p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                    help="auto: uvloop where installed (3-12%% less CPU per request, docs/performance.md), else asyncio")
     p.add_argument("--kubeconfig", help="use this kubeconfig (default: in-cluster, then KUBECONFIG)")
@@ -104,6 +110,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--no-cluster", action="store_true", help="run with an empty cluster view")
     flags.add_arguments(p, "admission waits at most --registry-budget-ms, then resolves in the background")
     p.add_argument("--registry-budget-ms", type=int, default=300, help="what admission waits for unknown images")
+    ledger_settings.add_arguments(p, _positive_seconds)
     p.set_defaults(func=_serve)
 
 
@@ -112,8 +119,11 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.server import run
 
-    logs.configure(args.log_level, args.log_format)
-    return run.serve(args)
+    output = logs.configure(args.log_level, args.log_format)
+    try:
+        return run.serve(args, output)
+    finally:  # what the server logged comes before what the command prints on its way out
+        output.flush()
 
 
 def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

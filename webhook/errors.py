@@ -42,3 +42,11 @@ class RequestBodyError(GpuAdmissionError):
 
 class RegistryError(GpuAdmissionError):
     """A container registry could not tell an image's config (unreachable, refused, malformed)."""
+
+
+class SuiteError(GpuAdmissionError):
+    """A GPUAdmissionTest file is broken: unreadable, invalid, or naming what is not there (exit 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems) if problems else "invalid test file")

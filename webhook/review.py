@@ -14,6 +14,7 @@ import orjson
 import pybase64
 
 from webhook.errors import ReviewError
+from webhook.kube import value_text
 from webhook.policy.decision import Decision
 from webhook.policy.request import Request, new_request
 
@@ -79,9 +80,9 @@ def parse_review(body: bytes | str) -> Review:
         raise ReviewError("request body is not a JSON object")
     api_version = data.get("apiVersion")
     if api_version not in API_VERSIONS:
-        raise ReviewError(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {api_version!r}")
+        raise ReviewError(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {value_text.shown(api_version)}")
     if data.get("kind") != "AdmissionReview":
-        raise ReviewError(f"kind must be AdmissionReview, got {data.get('kind')!r}")
+        raise ReviewError(f"kind must be AdmissionReview, got {value_text.shown(data.get('kind'))}")
     req = data.get("request")
     if not isinstance(req, dict):
         raise ReviewError("AdmissionReview has no request object")
@@ -101,7 +102,7 @@ def _request(req: Mapping[str, Any]) -> Request:
         raise ReviewError("request.kind must be an object with group, version and kind")
     operation = req.get("operation")
     if operation not in OPERATIONS:
-        raise ReviewError(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+        raise ReviewError(f"request.operation must be one of {', '.join(OPERATIONS)}, got {value_text.shown(operation)}")
     obj, old = req.get("object"), req.get("oldObject")
     if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
         raise ReviewError(f"request.object must be an object on {operation}")
@@ -111,7 +112,7 @@ def _request(req: Mapping[str, Any]) -> Request:
         if req.get(name) is not None and not isinstance(req.get(name), str):
             raise ReviewError(f"request.{name} must be a string")
     return new_request(
-        operation, str(kind.get("group") or ""), str(kind.get("version") or ""), kind["kind"],
+        operation, value_text.text(kind.get("group") or ""), value_text.text(kind.get("version") or ""), kind["kind"],
         req.get("namespace") or "", req.get("name") or "", obj if isinstance(obj, dict) else None,
         old if isinstance(old, dict) else None, req.get("subResource") or "", bool(req.get("dryRun")),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -143,3 +144,24 @@ def test_a_document_inside_itself_is_written_with_an_alias(tmp_path: Path, capsy
     pod, config_map = yaml.safe_load_all((out_dir / "pods.yaml").read_text())
     assert pod["spec"]["runtimeClassName"] == "nvidia"
     assert config_map["metadata"]["labels"]["self"]["name"] == "loop"
+
+
+def test_diff_of_a_denied_object_says_why_the_run_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a Deployment whose template asks for half a GPU: nothing to diff (templates are not mutated), exit 1
+    half = yaml.safe_load(GPU_POD)
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "half", "namespace": "ml-a"},
+                  "spec": {"selector": {"matchLabels": {"app": "half"}},
+                           "template": {"metadata": {"labels": {"app": "half"}}, "spec": half["spec"]}}}
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5"
+    path = write(tmp_path / "d.yaml", yaml.safe_dump(deployment) + "---\n" + GPU_POD)
+    code, out, err = audit(capsys, "--diff", "--cluster-state", str(CLUSTER), str(path))
+    assert code == 1
+    assert "Pod ml-a/trainer (mutated)" in out and "half" not in out
+    lines = err.splitlines()
+    assert lines and all(line.startswith(f"denied: Deployment ml-a/half ({path}, document 1, line 1): [gpu-validations/resourceShape]")
+                         for line in lines), err
+    assert "0.5" in err
+    # warnings fail the run with --fail-on warn: they are what is printed then
+    shared = write(tmp_path / "s.yaml", SHARED_POD)
+    code, _, err = audit(capsys, "--diff", "--fail-on", "warn", "--cluster-state", str(CLUSTER), str(shared))
+    assert code == 1 and err.startswith("warned: Pod ml-a/shared") and "gpumem" in err, err

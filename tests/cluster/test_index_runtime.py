@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import threading
@@ -39,30 +40,45 @@ async def test_reads_do_not_wait_for_a_relist(api: FakeApiServer, make_index: Ma
 async def _relist_while_reading(api: FakeApiServer, index: ClusterIndex) -> None:
     assert await index.wait_synced(30)
     await eventually(lambda: api.open_watches("Pod") == 1, what="pod watch open")
-    assert len(index.pods()) == PODS
+    complete = {(True, 20, PODS // 50, PODS)}
+    assert _reads(index, 1) == complete
 
-    api.expire_watches()  # every watch gets 410: a full relist of 20k pods
-    began = time.perf_counter()
-    slowest, reads, sizes = 0.0, 0, set()
+    # every watch gets 410: a full relist of 20k pods, held by the API server at its second page
+    held = api.hold("/api/v1/pods", query_key="continue")
+    api.expire_watches()
+    await eventually(held.reached.is_set, timeout=30, what="the relist under way, at its second page")
+    try:
+        # reads answer while the relist cannot finish (one that waited for it would wait for ever:
+        # 30 s is only how long this test gives it), from the complete state they had
+        try:
+            seen = await asyncio.wait_for(asyncio.to_thread(_reads, index, 100), 30)
+        except TimeoutError:
+            raise AssertionError("a read waited for the relist") from None
+        assert index.state("pods").relists == 0, "the relist went on while held"
+    finally:
+        held.release.set()
+    assert seen == complete
+
+    # Every read while the relist runs to its end saw a complete state (old or new, never half-built)
+    sizes, began = set(), time.monotonic()
     while index.state("pods").relists < 1:
-        start = time.perf_counter()
+        sizes |= _reads(index, 1)
+        assert time.monotonic() - began < 60, "relist did not finish"
+        time.sleep(0)  # let other threads in, as an event loop between requests would
+    assert sizes <= complete and _reads(index, 1) == complete
+
+
+def _reads(index: ClusterIndex, times: int) -> set[tuple[bool, int, int, int]]:
+    """What ``times`` rounds of reads saw: (namespace found, nodes, pods of one team, pods)."""
+    seen = set()
+    for _ in range(times):
         found = index.namespace("team-7")
         nodes = len(index.nodes())
         team = sum(1 for _ in index.pods("team-7"))
         total = len(index.pods())
         index.availability("pods")
-        slowest = max(slowest, time.perf_counter() - start)
-        reads += 1
-        sizes.add((found is not None, nodes, team, total))
-        assert time.perf_counter() - began < 60, "relist did not finish"
-        time.sleep(0)  # let other threads in, as an event loop between requests would
-    relist = time.perf_counter() - began
-
-    # Every read saw a complete state (old or new, never a half-built one) ...
-    assert sizes == {(True, 20, PODS // 50, PODS)}
-    # ... and none waited for the relist: a generous bound, relative to the relist itself.
-    assert reads > 10
-    assert slowest < 0.1 * relist, f"slowest read {slowest:.4f}s vs relist {relist:.3f}s"
+        seen.add((found is not None, nodes, team, total))
+    return seen
 
 
 async def test_stop_is_prompt_even_mid_watch_and_mid_backoff(api: FakeApiServer, make_index: MakeIndex) -> None:
@@ -77,7 +93,8 @@ async def test_stop_is_prompt_even_mid_watch_and_mid_backoff(api: FakeApiServer,
     start = time.monotonic()
     await watching.stop()
     await backing_off.stop()
-    assert time.monotonic() - start < 2.0
+    # far below the 60 s backoff and the 300 s watch it would otherwise wait for, on any machine
+    assert time.monotonic() - start < 20.0
     assert not [t.name for t in threading.enumerate() if t.name.startswith("watch-")]
     await eventually(lambda: api.open_watches() == 0, what="server saw the watches close")
 

@@ -24,6 +24,7 @@ KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization
 #: Kinds without a namespace among those deploy/ ships.
 CLUSTER_SCOPED = frozenset({
     "Namespace",
+    "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
     "PriorityClass",

@@ -16,12 +16,11 @@ import json
 import re
 from typing import Any
 
+import celpy
 import pytest
+from celpy import celtypes
 
 import deploy_tree
-
-celpy = pytest.importorskip("celpy", reason="cel-python is needed: pip install cel-python")
-from celpy import celtypes  # noqa: E402
 
 CORPUS = deploy_tree.SHARED / "corpus" / "admissionreviews" / "kube-apiserver-1.36"
 BASE = deploy_tree.base()

@@ -1,5 +1,6 @@
-"""The server may only read the resources its cluster index watches; the certificate Job
-may only touch its own Secret and the two webhook configurations."""
+"""The server may only read the resources its cluster index watches, and write the GPU quota
+ledger in its own namespace; the certificate Job may only touch its own Secret and the two
+webhook configurations."""
 
 from __future__ import annotations
 
@@ -62,8 +63,27 @@ def test_the_role_covers_what_the_index_watches() -> None:
     assert watched == SERVER_READS
 
 
-def test_server_account_has_that_role_and_nothing_else() -> None:
-    assert _bound_roles("gpu-admission") == [("ClusterRole", "gpu-admission")]
+def test_server_writes_only_the_quota_ledger_and_only_in_its_namespace() -> None:
+    role = deploy_tree.one("Role", "gpu-admission-quota-ledger", docs=BASE)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    from webhook.cluster import ledger_object
+
+    assert _grants(role["rules"]) == {
+        (ledger_object.GROUP, ledger_object.PLURAL, ()): {"get", "list", "watch", "create", "update", "patch"}}
+    crd = deploy_tree.one("CustomResourceDefinition", f"{ledger_object.PLURAL}.{ledger_object.GROUP}", docs=BASE)
+    assert crd["spec"]["scope"] == "Namespaced" and crd["spec"]["names"]["kind"] == ledger_object.KIND
+    # no other role anywhere under deploy/ grants the ledger: editing it would free quota
+    for doc in deploy_tree.manifests():
+        if doc.kind in ("Role", "ClusterRole") and doc.name != "gpu-admission-quota-ledger":
+            assert not any(ledger_object.PLURAL in r.get("resources", []) or "*" in r.get("resources", [])
+                           for r in doc.body.get("rules") or []), doc.where
+        labels = (doc.body.get("metadata") or {}).get("labels") or {}
+        assert not any(k.startswith("rbac.authorization.k8s.io/aggregate-to") for k in labels), doc.where
+
+
+def test_server_account_has_those_roles_and_nothing_else() -> None:
+    assert sorted(_bound_roles("gpu-admission")) == [("ClusterRole", "gpu-admission"),
+                                                     ("Role", "gpu-admission-quota-ledger")]
     deployment = deploy_tree.one("Deployment", "gpu-admission", docs=BASE)
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-admission"
 

@@ -185,7 +185,8 @@ def test_every_object_names_itself_and_its_namespace(doc: Doc) -> None:
     else:
         # No kustomize namespace transformer: the namespace is written out.
         assert meta.get("namespace") == NAMESPACE, f"{doc.where}: namespace must be {NAMESPACE}"
-    assert meta.get("labels", {}).get("app.kubernetes.io/part-of") == "gpu-admission", doc.where
+    if doc.kind != "CustomResourceDefinition":  # the report CRDs are vendored unchanged (deploy/reports/crds)
+        assert meta.get("labels", {}).get("app.kubernetes.io/part-of") == "gpu-admission", doc.where
 
 
 def test_no_object_is_defined_twice_in_one_kustomization() -> None:

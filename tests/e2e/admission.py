@@ -30,7 +30,7 @@ from pathlib import Path
 from kubernetes import client
 
 from tests.e2e.apiserver import REPO, ApiServer, PortTaken, spawn, stop_process
-from tests.e2e.kube import Kube, Object, documents
+from tests.e2e.kube import Kube, Object, documents, eventually
 from tests.support import free_port
 
 DEPLOY = REPO / "deploy"
@@ -38,7 +38,10 @@ NAMESPACE = SERVICE_ACCOUNT = "gpu-admission"
 TLS_SECRET = "gpu-admission-tls"
 
 #: deploy/ objects the shipped policies rely on (or that the server itself needs)
-DEPLOY_FILES = ("base/namespace.yaml", "base/rbac.yaml", "base/priorityclasses.yaml", "runtimeclass/runtimeclass.yaml")
+DEPLOY_FILES = ("base/namespace.yaml", "base/quota-ledger-crd.yaml", "base/rbac.yaml", "base/priorityclasses.yaml",
+                "runtimeclass/runtimeclass.yaml")
+#: the GPU quota ledger's release window in the suite: short, so that tests see releases (docs/quota.md)
+QUOTA_WINDOW = 3.0
 WEBHOOK_FILES = ("base/mutatingwebhook.yaml", "base/validatingwebhook.yaml")
 
 
@@ -74,11 +77,22 @@ class Admission:
         for name in DEPLOY_FILES:
             for doc in documents(DEPLOY / name):
                 self.admin.ensure(doc)
+                if doc["kind"] == "CustomResourceDefinition":
+                    self._wait_established(doc["metadata"]["name"])
         for doc in webhook_configurations(self.port):
             self.admin.ensure(doc)
         self.certs("install")
         self.project_secret()
         self.server_kubeconfig()
+
+    def _wait_established(self, name: str) -> None:
+        """A CRD is served once kube-apiserver says so (Established)."""
+        def established() -> bool:
+            crd = self.admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            return any(c["type"] == "Established" and c["status"] == "True"
+                       for c in (crd.get("status") or {}).get("conditions") or ())
+
+        eventually(established, what=f"CustomResourceDefinition {name} established")
 
     def certs(self, *args: str) -> str:
         """``gpu-admission certs …`` against the apiserver, as the bootstrap Job runs it."""
@@ -147,7 +161,7 @@ class Admission:
             sys.executable, "-m", "webhook", "serve", "--policies", str(self.policies),
             "--tls-cert", str(self.cert_dir / "tls.crt"), "--tls-key", str(self.cert_dir / "tls.key"),
             "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5",
-            "--kubeconfig", str(self.folder / "server.kubeconfig"), *self.serve_args,
+            "--kubeconfig", str(self.folder / "server.kubeconfig"), "--quota-window", str(QUOTA_WINDOW), *self.serve_args,
         ], self.folder / "gpu-admission.log", env=env)
         deadline = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:

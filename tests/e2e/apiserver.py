@@ -48,6 +48,7 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "e2e-compiled-token": ("e2e-compiled", ("system:masters",)),
     # the compiled policies without any webhook (bench/cel.py)
     "e2e-in-process-token": ("e2e-in-process", ("system:masters",)),
+    "e2e-team-editor-token": ("e2e-team-editor", ()),
 }
 
 

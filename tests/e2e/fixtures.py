@@ -5,8 +5,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.e2e.admission import Admission
+from kubernetes import client
+
+from tests.e2e.admission import NAMESPACE, Admission
 from tests.e2e.kube import Kube, Object, eventually
+from webhook.cluster import ledger_object
 
 
 def _labelled_policy(name: str, label: str, kinds: str, rules: str) -> str:
@@ -26,6 +29,18 @@ QUOTA_POLICY = _labelled_policy("e2e-quota", QUOTA_LABEL, '"*"', """\
       clusterUnavailable: fail-closed
       limits:
         - {scope: namespace, max: 2}
+""")
+
+#: the GPU caps of issue 33's measurements, in namespaces labelled for them: 5 GPUs a namespace,
+#: 8 a team (namespaces sharing a value of the label ``team``), charged to the ledger (docs/quota.md)
+BURST_LABEL = "e2e.gpu-admission.io/burst"
+BURST_POLICY = _labelled_policy("e2e-burst", BURST_LABEL, "Pod", """\
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {scope: namespace, max: 5}
+        - {scope: team, max: 8}
 """)
 
 #: a rule in audit mode in namespaces labelled for it: no pod may hold a GPU, which refuses nothing
@@ -145,7 +160,40 @@ def register_node(admin: Kube, admission: Admission, node: Object, *, ready: boo
     return stored
 
 
+def native_quota(admin: Kube, admission: Admission, namespace: str, gpus: int) -> Object:
+    """A ResourceQuota of ``gpus`` on requests.nvidia.com/gpu, with the status the quota controller would
+    write (without one, kube-apiserver refuses every pod there), held by the server's view."""
+    quota = admin.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": namespace},
+                          "spec": {"hard": {"requests.nvidia.com/gpu": str(gpus)}}})
+    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": str(gpus)},
+                                   "used": {"requests.nvidia.com/gpu": "0"}}}, subresource="status")
+    wait_for_view(admin, admission, "resourcequotas", "v1", "ResourceQuota")
+    return quota
+
+
 def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version: str, kind: str) -> None:
     """Until the server's cluster view holds as many ``resource`` as the apiserver lists."""
     want = len(admin.list(api_version, kind))
     eventually(lambda: admission.view_count(resource) == want, what=f"the cluster view holding {want} {resource}")
+
+
+def ledgers(admin: Kube) -> list[dict[str, Any]]:
+    """The GPU quota ledger objects the suite's server writes."""
+    custom = client.CustomObjectsApi(admin.api)
+    listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
+                                                       ledger_object.PLURAL)
+    return list(listed["items"])
+
+
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
+    """What one ledger holds, by pod uid ({} before the ledger exists)."""
+    for key, held in ledger_object.effective(ledgers(admin)).items():
+        if key.scope == scope and key.group == group:
+            return held
+    return {}
+
+
+def charged(admin: Kube, namespace: str) -> dict[str, ledger_object.Entry]:
+    """The charges of one namespace's pods, in whichever ledger holds them (its team's, or its own)."""
+    return {uid: entry for held in ledger_object.effective(ledgers(admin)).values() for uid, entry in held.items()
+            if entry.holding.namespace == namespace}

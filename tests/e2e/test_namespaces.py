@@ -22,7 +22,13 @@ def _untouched(stored: Object) -> None:
     assert "gpu-admission.io/mutated" not in (stored["metadata"].get("annotations") or {})
 
 
-def test_a_namespace_not_opted_in_is_not_touched(admin: Kube, plain_namespace: str) -> None:
+def test_a_namespace_not_opted_in_is_not_touched(admin: Kube, namespace: str, plain_namespace: str) -> None:
+    # the same pods in an opted-in namespace prove the webhooks are up and looking right now
+    mutated = admin.create(pod("gpu", namespace, gpu_container()), dry_run="All")
+    assert mutated["spec"].get("runtimeClassName") == "nvidia"
+    assert "gpu-admission.io/mutated" in mutated["metadata"]["annotations"]
+    with pytest.raises(Refused):
+        admin.create(pod("mig", namespace, INVALID_MIG), dry_run="All")
     _untouched(admin.create(pod("gpu", plain_namespace, gpu_container())))
     _untouched(admin.create(pod("mig", plain_namespace, INVALID_MIG)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.admission import Admission
-from tests.e2e.fixtures import QUOTA_LABEL, gpu_container, pod, wait_for_view
+from tests.e2e.fixtures import QUOTA_LABEL, gpu_container, native_quota, pod
 from tests.e2e.kube import Kube, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -35,13 +35,7 @@ def test_a_namespace_cap_lets_pods_in_up_to_it_and_refuses_the_next(
 def test_a_native_resource_quota_is_refused_with_a_readable_message(
     admin: Kube, admission: Admission, namespace: str
 ) -> None:
-    quota = admin.create({"apiVersion": "v1", "kind": "ResourceQuota",
-                          "metadata": {"name": "gpus", "namespace": namespace},
-                          "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}})
-    # what the quota controller would do: without a status, kube-apiserver refuses every pod here
-    admin.patch(quota, {"status": {"hard": {"requests.nvidia.com/gpu": "1"}, "used": {"requests.nvidia.com/gpu": "0"}}},
-                subresource="status")
-    wait_for_view(admin, admission, "resourcequotas", "v1", "ResourceQuota")
+    native_quota(admin, admission, namespace, 1)
     _store(admin, admission, namespace, "first")
     used = admin.get("v1", "ResourceQuota", "gpus", namespace)["status"]["used"]
     assert used == {"requests.nvidia.com/gpu": "1"}  # counted by the ResourceQuota plugin

@@ -4,7 +4,7 @@ The real ``kubernetes`` client talks to it as to kube-apiserver: typed list
 and watch calls, get/create/update/patch/delete, Status errors. It runs on
 its own event loop in a thread of its own, so blocking clients in the test
 thread and asyncio tests can both use it, and every control method
-(``add``, ``compact``, ``drop_watches``, ``fail_next`` ...) is thread-safe.
+(``add``, ``compact``, ``drop_watches``, ``fail_next``, ``hold`` ...) is thread-safe.
 
 What it reproduces, after the API conventions
 (https://kubernetes.io/docs/reference/using-api/api-concepts/):
@@ -19,6 +19,8 @@ What it reproduces, after the API conventions
   on, synthetic ADDED events when it is unset or "0", ``timeoutSeconds``,
   BOOKMARK events (``allowWatchBookmarks``), ERROR events with a 410
   ``Expired`` Status once the history was compacted;
+- lists of metadata alone (``PartialObjectMetadataList``) when the Accept
+  header asks for them;
 - Status objects for 404/409/410/422/500 as kube-apiserver writes them.
 
 Simplifications: label selectors are equality based, strategic merge patch
@@ -33,7 +35,7 @@ Modules, from the outside in:
 - :mod:`~tests.fakeapi.store`: objects, resourceVersions, history, snapshots
   and open watches;
 - :mod:`~tests.fakeapi.watch`: one open watch and the streaming of its events;
-- :mod:`~tests.fakeapi.request_log`: the request log and injected failures;
+- :mod:`~tests.fakeapi.request_log`: the request log, injected failures and held requests;
 - :mod:`~tests.fakeapi.selector`, :mod:`~tests.fakeapi.patch`,
   :mod:`~tests.fakeapi.query`: label/field selectors, PATCH bodies, numeric
   query parameters and continue tokens;

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakeapi.patch import apply_patch
+from tests.fakeapi.patch import APPLY, apply_patch
 from tests.fakeapi.query import decode_continue, encode_continue, number
 from tests.fakeapi.request_log import RECORD, RequestLog, RequestRecord
 from tests.fakeapi.resources import TYPES, Obj, ResourceType
@@ -45,6 +45,11 @@ class Handlers:
         record = RequestRecord(request.method, request.path, dict(request.query), dict(request.headers))
         request[RECORD] = record
         failure = self._log.receive(record)
+        held = self._log.take_hold(record)
+        if held is not None:
+            held.reached.set()
+            while not held.release.is_set():
+                await asyncio.sleep(0.005)
         try:
             if failure is not None:
                 message = "Internal error occurred: injected failure" if failure == 500 else "injected failure"
@@ -132,6 +137,8 @@ class Handlers:
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                           "status": "Success", "details": details})  # fmt: skip
             if current is None:
+                if request.content_type == APPLY:  # server-side apply creates what is not there
+                    return web.json_response(store.create(rt, body, namespace), status=201)
                 raise not_found(rt, name)
             patched = apply_patch(current, body, request.content_type)
             return web.json_response(store.update(rt, patched, namespace, name))
@@ -155,6 +162,12 @@ class Handlers:
         if end < len(items):
             meta["continue"] = encode_continue(rv, keys[end - 1])
             meta["remainingItemCount"] = len(items) - end
+        if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+            # metadata only, as kube-apiserver answers kubectl get and clients that ask for it so
+            partial = [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": item["metadata"]}
+                       for item in items[first:end]]  # fmt: skip
+            return web.json_response({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                      "metadata": meta, "items": partial})  # fmt: skip
         page = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")}
                 for item in items[first:end]]  # fmt: skip
         body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": page}

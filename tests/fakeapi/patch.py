@@ -1,8 +1,12 @@
-"""PATCH bodies: JSON patch, JSON merge patch and strategic merge patch.
+"""PATCH bodies: JSON patch, JSON merge patch, strategic merge patch and server-side apply.
 
 The strategic merge patch is simplified: lists whose items all have a
 ``name`` merge item by item on it (``$patch: delete`` removes one), any
-other list is replaced, as in a JSON merge patch.
+other list is replaced, as in a JSON merge patch. Server-side apply is
+simplified too: the applied object creates one that is absent (in the
+handler) and is merged into one that exists as a JSON merge patch (lists
+replaced, as for the atomic lists of the report CRDs); fields a manager
+stops applying are not removed, and field ownership is not kept.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import jsonpatch
 from tests.fakeapi.resources import Obj
 from tests.fakeapi.status import ApiError
 
+APPLY = "application/apply-patch+yaml"
+
 
 def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
     """``current`` with ``patch`` applied as its content type says; 415 for other types."""
@@ -24,7 +30,7 @@ def apply_patch(current: Obj, patch: Any, content_type: str) -> Obj:
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise ApiError(422, f"the server rejected our request due to an error in our "
                                 f"request: {exc}", "Invalid") from exc  # fmt: skip
-    if content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+    if content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json", APPLY):
         if not isinstance(patch, dict):
             raise ApiError(400, "a merge patch must be a JSON object")
         return merge(copy.deepcopy(current), patch, "strategic" in content_type)  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -44,6 +44,17 @@ class Failure:
     watch: bool | None
 
 
+@dataclass
+class Hold:
+    """The next request to a path containing ``path_contains`` whose query has ``query_key``,
+    kept unanswered from ``reached`` on until ``release`` is set (``FakeApiServer.hold``)."""
+
+    path_contains: str
+    query_key: str
+    reached: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
 class RequestLog:
     """What the fake received and what it must fail, guarded by the server's lock."""
 
@@ -51,6 +62,7 @@ class RequestLog:
         self._lock = lock
         self._records: list[RequestRecord] = []
         self._failures: list[Failure] = []
+        self._holds: list[Hold] = []
 
     def receive(self, record: RequestRecord) -> int | None:
         """Log a request; the status code it must fail with, if a failure is due."""
@@ -66,6 +78,19 @@ class RequestLog:
                 failure.remaining -= 1
                 return failure.code
         return None
+
+    def take_hold(self, record: RequestRecord) -> Hold | None:
+        """The hold that ``record`` is the request of, if any (each holds one request)."""
+        with self._lock:
+            for hold in self._holds:
+                if hold.path_contains in record.path and hold.query_key in record.query:
+                    self._holds.remove(hold)
+                    return hold
+            return None
+
+    def add_hold(self, hold: Hold) -> None:
+        with self._lock:
+            self._holds.append(hold)
 
     def schedule(self, failure: Failure) -> None:
         with self._lock:

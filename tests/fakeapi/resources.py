@@ -56,6 +56,11 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", namespaced=True),
     ResourceType("resourceclaims", "ResourceClaim", "resource.k8s.io", namespaced=True),
     ResourceType("resourceslices", "ResourceSlice", "resource.k8s.io"),
+    # reports, for gpu-admission report
+    ResourceType("policyreports", "PolicyReport", "wgpolicyk8s.io", "v1alpha2", namespaced=True),
+    ResourceType("clusterpolicyreports", "ClusterPolicyReport", "wgpolicyk8s.io", "v1alpha2"),
+    ResourceType("reports", "Report", "openreports.io", "v1alpha1", namespaced=True),
+    ResourceType("clusterreports", "ClusterReport", "openreports.io", "v1alpha1"),
     ResourceType(
         "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "admissionregistration.k8s.io"
     ),

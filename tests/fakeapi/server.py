@@ -20,7 +20,7 @@ from aiohttp import web
 
 from tests.fakeapi import resources
 from tests.fakeapi.handlers import Handlers
-from tests.fakeapi.request_log import Failure, RequestLog, RequestRecord
+from tests.fakeapi.request_log import Failure, Hold, RequestLog, RequestRecord
 from tests.fakeapi.resources import DEFAULT_NAMESPACES, Obj, ResourceType
 from tests.fakeapi.status import status_object
 from tests.fakeapi.store import Store
@@ -207,6 +207,14 @@ class FakeApiServer:
     ) -> None:
         """Answer the next ``n`` matching requests with a Status of ``status``."""
         self._log.schedule(Failure(n, status, path_contains, watch))
+
+    def hold(self, path_contains: str, query_key: str) -> Hold:
+        """Keep the next request to a path containing ``path_contains`` whose query has
+        ``query_key`` (``continue``: a later page of a list) unanswered until the test sets
+        the returned hold's ``release``; its ``reached`` is set when the request arrives."""
+        hold = Hold(path_contains, query_key)
+        self._log.add_hold(hold)
+        return hold
 
     def clear_failures(self) -> None:
         """Forget failures that ``fail_next`` scheduled and that did not happen yet."""

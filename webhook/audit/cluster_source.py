@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
-from webhook.cluster import ApiClient, ClusterConfigError, kinds, listing, load_api_client, pods
+from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, ledger_object, listing, load_api_client, pods
+from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.errors import ClusterError
 from webhook.policy.loader import PolicySet
-from webhook.view.protocol import RESOURCES
 from webhook.view.snapshot import SnapshotView
 
 #: the namespaceSelector of deploy/base/*webhook.yaml
@@ -39,6 +39,10 @@ class Cluster:
     audited: set[str]
     #: their pods, as listed (with ``keep_pods``)
     pods: list[dict[str, Any]]
+    #: whether ``pods`` holds them (else they are listed again, page by page, when audited)
+    kept_pods: bool = True
+    #: what the listing has to say (the GPU quota ledger's charges in flight, or why it was not read)
+    notes: list[str] = field(default_factory=list)
 
 
 def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> ApiClient:
@@ -52,18 +56,21 @@ def connect(kubeconfig: str | None, context: str | None, in_cluster: bool) -> Ap
 
 
 def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_namespaces: bool = False,
-          keep_pods: bool = False) -> Cluster:  # fmt: skip
+          keep_pods: bool = False, ledger_namespace: str = LedgerSettings.namespace) -> Cluster:  # fmt: skip
     """List every resource the policies read and build the view from it.
 
     With ``keep_pods``, the pods of the audited namespaces are kept whole as
     they stream past (namespaces are listed before pods), so that auditing
     running workloads does not list every pod of the cluster a second time.
+    The GPU quota ledgers in ``ledger_namespace`` are read too: pods the
+    webhook admitted that are not stored yet hold GPUs as well (docs/quota.md).
     """
     objects: list[dict[str, Any]] = []
-    labels: dict[str, dict[str, str]] = {}
+    labels: dict[str, dict[str, str]] = {}  # of the namespaces not being deleted
     audited: set[str] = set()
     kept: list[dict[str, Any]] = []
-    for resource in RESOURCES:
+    served = discovery.served_resources(api_client)  # resource.k8s.io/v1 from Kubernetes 1.34 only
+    for resource in served:
         kind = kinds.KINDS[resource]
         shape = kinds.shaper(kind, pods.is_gpu_resource)
         if resource == "pods":
@@ -71,13 +78,37 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
         for obj in listing.list_all(kind.lister(api_client), resource, page_size):
             meta = obj.get("metadata") or {}
             if resource == "namespaces":
-                labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
+                if (obj.get("status") or {}).get("phase") != "Terminating":  # nothing new may be written there
+                    labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
             elif keep_pods and resource == "pods" and meta.get("namespace") in audited:
                 kept.append(obj)  # the shaper below builds a new dict and leaves this one whole
             shaped = shape(obj)
             if shaped is not None:
                 objects.append(shaped)
-    return Cluster(api_client, SnapshotView.from_objects(objects, known=RESOURCES), audited, kept)
+    notes: list[str] = []
+    objects.extend(_in_flight(api_client, ledger_namespace, [o for o in objects if o.get("kind") == "Pod"], page_size,
+                              notes))
+    view = SnapshotView.from_objects(objects, known=served, unknown_reason="{resource}: not served by this cluster")
+    return Cluster(api_client, view, audited, kept, keep_pods, notes)
+
+
+def _in_flight(api_client: ApiClient, namespace: str, pods: list[dict[str, Any]], page_size: int,
+               notes: list[str]) -> list[dict[str, Any]]:
+    """The charges of the GPU quota ledgers whose pods are not listed (admitted, not stored yet), as pods."""
+    lister = listing.namespaced_lister(api_client, ledger_object.GROUP, ledger_object.VERSION, ledger_object.PLURAL,
+                                       namespace)
+    try:
+        ledgers = list(listing.list_all(lister, f"GPU quota ledgers in {namespace}", page_size))
+    except ClusterError as exc:
+        notes.append(f"{exc}: charges in flight not counted")
+        return []
+    found = ledger_object.in_flight(ledgers, pods)
+    if found:
+        named = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in found[:5])
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        notes.append(f"GPU quota ledger: {len(found)} charge{'s' if len(found) > 1 else ''} in flight counted as used "
+                     f"(pods admitted, not stored yet): {named}{more}")
+    return found
 
 
 def _audited(labels: dict[str, dict[str, str]], all_namespaces: bool) -> set[str]:
@@ -94,7 +125,7 @@ def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size
     """The objects of every workload kind the policies know, in the audited namespaces, cleaned of server fields."""
     counters: dict[str, int] = {}
     for group, kind in sorted(policies.kinds):
-        if (group, kind) == ("", "Pod"):
+        if (group, kind) == ("", "Pod") and cluster.kept_pods:
             listed: Iterable[dict[str, Any]] = cluster.pods
         else:
             lister = listing.workload_lister(cluster.api_client, group, kind)

@@ -13,13 +13,12 @@ import dataclasses
 import os
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from webhook import collector
-from webhook.audit import inputs, mutated, snapshot
+from webhook.audit import connection, crash, inputs, mutated, snapshot
 from webhook.audit.inputs import Document, Problem
 from webhook.audit.judge import judge
 from webhook.audit.progress import Progress
@@ -59,12 +58,9 @@ def _cluster_options(g: argparse._ArgumentGroup) -> None:
                         "when they hold none of it (repeatable)")
     g.add_argument("--cluster", action="store_true",
                    help="read the live cluster; without PATHs, audit the workloads of opted-in namespaces")
-    g.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-    g.add_argument("--context", help="kubeconfig context")
-    g.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    g.add_argument("--all-namespaces", "-A", action="store_true",
-                   help="with --cluster and no PATHs: every namespace, not only the opted-in ones")
-    g.add_argument("--page-size", type=int, default=500, help="objects per list request (default: 500)")
+    connection.add_connection_arguments(g)
+    g.add_argument("--quota-namespace",
+                   help="with --cluster: where the GPU quota ledgers are (default: serve's --quota-namespace default)")
 
 
 def _output_options(g: argparse._ArgumentGroup) -> None:
@@ -91,11 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FOUND
     except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc}" + ("" if args.debug else " (--debug for the traceback)"),
-              file=sys.stderr)  # fmt: skip
-        return EXIT_UNEXPECTED
+        return crash.report(exc, args.debug)
 
 
 def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
@@ -164,11 +156,14 @@ def _sources(
     """The view, and the documents to audit."""
     if args.cluster:
         from webhook.audit import cluster_source
+        from webhook.cluster.ledger_settings import LedgerSettings
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths,
+            ledger_namespace=args.quota_namespace or LedgerSettings.namespace,
         )
+        notes.extend(cluster.notes)
         if not args.paths:
             return cluster.view, cluster_source.workloads(cluster, policies, notes, args.page_size)
         view: ClusterView = cluster.view
@@ -193,6 +188,8 @@ def _resolve_images(
 def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[str], notes: list[str]) -> None:
     if args.diff:
         stdout.write(mutated.diff(report.results))
+        for line in _failures(report):
+            print(line, file=stderr)  # a diff alone does not say why the run fails
     else:
         stdout.write(FORMATS[args.output](report))
     if args.diff or args.output != "text":
@@ -201,3 +198,16 @@ def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[
             print(f"could not audit: {problem.text()}", file=stderr)
     for note in notes:
         print(f"note: {note}", file=stderr)
+
+
+def _failures(report: Report) -> Iterator[str]:
+    """Why each failing object fails: its denials (or, warned with ``--fail-on warn``, its warnings), a line each."""
+    for result in report.results:
+        if not report.failed(result):
+            continue
+        doc = result.document
+        where = f"{doc.source}, document {doc.index}" + (f", line {doc.line}" if doc.line else "")
+        mode, verdict = ("enforce", "denied") if result.denied else ("warn", "warned")
+        for finding in result.findings:
+            if finding.mode == mode and not finding.note:
+                yield f"{verdict}: {result.request.subject} ({where}): {finding.text()}"

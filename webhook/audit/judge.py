@@ -9,7 +9,7 @@ warn, skip), which is what PolicyReport, JUnit and SARIF report on.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from webhook.audit.inputs import Document
@@ -64,20 +64,26 @@ class Result:
         return self.mutation.warnings + self.validation.warnings
 
 
-def judge(policies: loader.PolicySet, view: ClusterView, document: Document, namespace: str | None = None) -> Result | None:
+def judge(policies: loader.PolicySet, view: ClusterView, document: Document, namespace: str | None = None,
+          *, old: dict[str, Any] | None = None) -> Result | None:  # fmt: skip
     """Mutate then validate one object; None when it is no workload kind the policies know.
 
-    ``namespace`` is for an object that names none.
+    ``namespace`` is for an object that names none; with ``old`` (the object as
+    stored) the request is an UPDATE of it.
     """
     obj = document.obj
     meta = obj.get("metadata")
     if isinstance(meta, dict) and meta.get("namespace"):
         namespace = None  # the object's own namespace wins, as with kubectl apply -n
-    request = Request.for_object(obj, namespace=namespace)
+    operation = "CREATE" if old is None else "UPDATE"
+    request = replace(Request.for_object(obj, operation=operation, namespace=namespace), old_object=old)
     if (request.group, request.kind) not in policies.kinds and not is_claim(request.group, request.kind):
         return None
     mutation = engine.evaluate(policies, request, view, "mutate")
-    validated = Request.for_object(mutation.patched, namespace=namespace) if mutation.patch else request
+    validated = (
+        replace(Request.for_object(mutation.patched, operation=operation, namespace=namespace), old_object=old)
+        if mutation.patch else request
+    )  # fmt: skip
     validation = engine.evaluate(policies, validated, view, "validate")
     return Result(document, request, mutation, validation)
 

@@ -2,7 +2,9 @@
 
 - :func:`load_api_client` finds the API server (kubeconfig, in-cluster, none);
 - :class:`ClusterIndex` lists and watches what the policies need and serves
-  it as a :class:`webhook.view.protocol.ClusterView`.
+  it as a :class:`webhook.view.protocol.ClusterView`;
+- the GPU quota ledger (``ledger*.py``, docs/quota.md) charges new pods to
+  their enforced GPU caps in the API server, shared by every replica.
 """
 
 from __future__ import annotations

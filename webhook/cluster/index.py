@@ -63,6 +63,8 @@ class ClusterIndex(AggregateAnswers):
         self._aggregates.gpu_usage(
             QuotaRule.model_fields["modelLabel"].default, [QuotaLimit.model_fields["teamLabel"].default])
         rng = rng or random.Random()
+        #: what else follows the pods and namespaces the watches write (the quota ledger's upkeep)
+        self._followers: dict[Resource, list[Listener]] = {"pods": [], "namespaces": []}
         self._watches = {
             r: ResourceWatch(
                 kinds.KINDS[r],
@@ -71,7 +73,7 @@ class ClusterIndex(AggregateAnswers):
                 self.settings,
                 clock=clock,
                 rng=random.Random(rng.random()),
-                listener=_listener(self._aggregates, r),
+                listener=_listener(self._aggregates, r, self._followers.get(r)),
             )
             for r in RESOURCES
             if r in wanted
@@ -158,6 +160,18 @@ class ClusterIndex(AggregateAnswers):
         snapshot = self._snapshot("pods")
         return snapshot.all() if namespace is None else snapshot.in_namespace(namespace)
 
+    def pod(self, namespace: str, name: str) -> Object | None:
+        """A pod the view holds (GPU pods and pods naming DRA claims), by name."""
+        return self._snapshot("pods").get(namespace, name)
+
+    def namespaces(self) -> Collection[Object]:
+        return self._snapshot("namespaces").in_namespace(CLUSTER)
+
+    def follow(self, resource: Resource, listener: Listener) -> None:
+        """Tell ``listener`` of every write to ``resource`` ("pods" or "namespaces") from now on, in the
+        watch thread, after the aggregates (before :meth:`start`)."""
+        self._followers[resource].append(listener)
+
     def resource_quotas(self, namespace: str) -> Collection[Object]:
         return self._snapshot("resourcequotas").in_namespace(namespace)
 
@@ -196,15 +210,45 @@ class _Feed:
     replace: Callable[[Iterable[Object]], None]
 
 
-def _listener(aggregates: Aggregates, resource: Resource) -> Listener | None:
-    """Nodes, namespaces, pods and ResourceSlices keep the aggregates current; the other resources have none."""
+def _listener(aggregates: Aggregates, resource: Resource, followers: list[Listener] | None) -> Listener | None:
+    """Nodes, namespaces, pods and ResourceSlices keep the aggregates current; the other resources have none.
+    Pods and namespaces also tell their followers."""
     if resource == "pods":
-        return _Feed(aggregates.put_pod, aggregates.discard_pod, aggregates.replace_pods)
+        feed = _Feed(aggregates.put_pod, aggregates.discard_pod, aggregates.replace_pods)
+        return _Fanout(feed, followers) if followers is not None else feed
     if resource == "nodes":
         return _Feed(aggregates.put_node, lambda _, name: aggregates.discard_node(name), aggregates.replace_nodes)
     if resource == "namespaces":
-        return _Feed(aggregates.put_namespace, lambda _, name: aggregates.discard_namespace(name),
+        feed = _Feed(aggregates.put_namespace, lambda _, name: aggregates.discard_namespace(name),
                      aggregates.replace_namespaces)
+        return _Fanout(feed, followers) if followers is not None else feed
     if resource == "resourceslices":
         return _Feed(aggregates.put_slice, lambda _, name: aggregates.discard_slice(name), aggregates.replace_slices)
     return None
+
+
+@dataclass(frozen=True)
+class _Fanout:
+    """The aggregates' feed, then every follower (a list that may grow until the watches start)."""
+
+    first: Listener
+    followers: list[Listener]
+
+    def put(self, obj: Object) -> None:
+        self.first.put(obj)
+        for follower in self.followers:
+            follower.put(obj)
+
+    def discard(self, namespace: str, name: str) -> None:
+        self.first.discard(namespace, name)
+        for follower in self.followers:
+            follower.discard(namespace, name)
+
+    def replace(self, objects: Iterable[Object]) -> None:
+        if not self.followers:
+            self.first.replace(objects)
+            return
+        objects = list(objects)
+        self.first.replace(objects)
+        for follower in self.followers:
+            follower.replace(objects)

@@ -30,7 +30,7 @@ _NODE_STATUS_DROPPED = ("images", "volumesInUse", "volumesAttached")
 class Kind:
     """One watchable resource."""
 
-    resource: Resource
+    resource: str  # a resource of the cluster view, or (the quota ledger) another plural
     kind: str
     api_version: str
     api: str  # the kubernetes.client API class

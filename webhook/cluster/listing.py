@@ -75,6 +75,17 @@ def workload_lister(api_client: client.ApiClient, group: str, kind: str) -> Call
     return lister
 
 
+def namespaced_lister(api_client: client.ApiClient, group: str, version: str, plural: str,
+                      namespace: str) -> Callable[..., Any]:
+    """The list call of a custom resource in one namespace (the GPU quota ledgers)."""
+    custom = client.CustomObjectsApi(api_client)
+
+    def lister(**options: Any) -> Any:
+        return custom.list_namespaced_custom_object(group, version, namespace, plural, **options)
+
+    return lister
+
+
 def _discover(api_client: client.ApiClient, group: str, kind: str) -> tuple[str, str] | None:
     """(preferred version, plural) of a custom kind, through API discovery."""
     try:
@@ -97,17 +108,25 @@ def _discover(api_client: client.ApiClient, group: str, kind: str) -> tuple[str,
     return None
 
 
-def _call(request: Callable[[], Any], what: str) -> dict[str, Any]:
+def answer(request: Callable[[], Any], what: str) -> bytes:
+    """The body of one call made with ``_preload_content=False``, read to its end (a connection back in the
+    pool with its answer unread breaks the next request on it); ClusterError saying ``what`` failed."""
     try:
         response = request()
         try:
-            page = json.loads(response.data)
+            return bytes(response.data)
         finally:
             response.release_conn()
     except ApiException as exc:
-        raise ClusterError(f"listing {what}: {_status_text(exc)}") from exc
+        raise ClusterError(f"{what}: {status_text(exc)}") from exc
     except urllib3.exceptions.HTTPError as exc:
-        raise ClusterError(f"listing {what}: cannot reach the API server ({type(exc).__name__})") from exc
+        raise ClusterError(f"{what}: cannot reach the API server ({type(exc).__name__})") from exc
+
+
+def _call(request: Callable[[], Any], what: str) -> dict[str, Any]:
+    data = answer(request, f"listing {what}")
+    try:
+        page = json.loads(data)
     except ValueError as exc:
         raise ClusterError(f"listing {what}: the API server's answer is not JSON") from exc
     if not isinstance(page, dict):
@@ -115,7 +134,8 @@ def _call(request: Callable[[], Any], what: str) -> dict[str, Any]:
     return page
 
 
-def _status_text(exc: ApiException) -> str:
+def status_text(exc: ApiException) -> str:
+    """The API server's own message of a failed call, with its HTTP status."""
     try:
         message = json.loads(exc.body or "")["message"]
     except (ValueError, KeyError, TypeError):

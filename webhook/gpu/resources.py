@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from webhook.kube import quantity
 from webhook.kube.patch import as_dict
+from webhook.kube.value_text import text
 
 #: Resource names treated as GPUs unless a policy lists more (FACTS §3).
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = (
@@ -93,7 +94,7 @@ class ContainerRef:
 
     @property
     def name(self) -> str:
-        return str(self.container.get("name", f"#{self.index}"))
+        return text(self.container.get("name", f"#{self.index}"))
 
     @property
     def is_init(self) -> bool:
@@ -150,7 +151,7 @@ def held(names: AbstractSet[str], limits: object, requests: object) -> AbstractS
     """
     if type(limits) is dict:
         for name in names:  # (gpu_slots inlines this loop)
-            if str(limits.get(name))[:1] not in _NOT_ZERO:
+            if text(limits.get(name))[:1] not in _NOT_ZERO:
                 break
         else:
             return names  # every limit a count ("4"): nothing to parse
@@ -203,7 +204,7 @@ def gpu_slots(spec: Mapping[str, Any], is_gpu: ResourceMatcher) -> Slots:
             if names:
                 # a limit written as a count ("4") is no zero; only other spellings ("0", 0, "0m") are parsed
                 for name in names:
-                    if str(limits.get(name))[:1] not in _NOT_ZERO:
+                    if text(limits.get(name))[:1] not in _NOT_ZERO:
                         names = frozenset(_parsed_held(names, limits, requests))
                         break
                 if names:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.kube.patch import PatchBuilder, sublist, submap
+from webhook.kube.value_text import text
 
 REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 PREFERRED = ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")
@@ -56,17 +57,17 @@ def relation(have: Expression, wanted: Expression) -> str:
 def _values(expr: Expression) -> set[str]:
     """The expression's values as label values are compared: as strings (a malformed
     custom-resource template may hold anything there)."""
-    return {str(v) for v in sublist(expr, "values")}
+    return {text(v) for v in sublist(expr, "values")}
 
 
 def describe(expr: Expression) -> str:
     values = sublist(expr, "values")
-    suffix = f" [{', '.join(map(str, values))}]" if values else ""
-    return f"{expr.get('key')} {expr.get('operator')}{suffix}"
+    suffix = f" [{', '.join(map(text, values))}]" if values else ""
+    return f"{text(expr.get('key'))} {text(expr.get('operator'))}{suffix}"
 
 
 def _selector_as_expression(key: str, value: Any) -> Expression:
-    return {"key": key, "operator": "In", "values": [str(value)]}
+    return {"key": key, "operator": "In", "values": [text(value)]}
 
 
 def _term_relation(term: Mapping[str, Any], wanted: Expression) -> str:
@@ -86,7 +87,7 @@ def require(builder: PatchBuilder, spec_path: Sequence[str | int], wanted: Expre
     if key in selector:
         pinned = relation(_selector_as_expression(key, selector[key]), wanted)
         if pinned == "conflicts":
-            return Merge(conflict=f"nodeSelector pins {key}={selector[key]}, which is not {describe(wanted)}")
+            return Merge(conflict=f"nodeSelector pins {key}={text(selector[key])}, which is not {describe(wanted)}")
         if pinned == "implies":
             return Merge()
     terms_path = (*spec_path, *REQUIRED)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from webhook.kube.value_text import text
+
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 K = TypeVar("K")
 #: per request, its alternatives as (kind of device, devices), in the order they are tried
@@ -84,17 +86,17 @@ def requests_of(spec: Mapping[str, Any], base: str = "spec") -> list[ClaimReques
             alternatives.append(_ask(request, path))
         for sub_index, sub in enumerate(_list(request.get("firstAvailable"))):
             alternatives.append(_ask(_map(sub), f"{path}.firstAvailable[{sub_index}]"))
-        found.append(ClaimRequest(str(request.get("name") or ""), tuple(alternatives)))
+        found.append(ClaimRequest(text(request.get("name") or ""), tuple(alternatives)))
     return found
 
 
 def _ask(raw: Mapping[str, Any], path: str) -> DeviceAsk:
     count = raw.get("count", 1)
     selectors = tuple(
-        str(_map(_map(s).get("cel")).get("expression") or "") for s in _list(raw.get("selectors"))
+        text(_map(_map(s).get("cel")).get("expression") or "") for s in _list(raw.get("selectors"))
     )
     return DeviceAsk(
-        device_class=str(raw.get("deviceClassName") or ""),
+        device_class=text(raw.get("deviceClassName") or ""),
         all=raw.get("allocationMode") == "All",
         count=count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1,
         selectors=tuple(s for s in selectors if s),
@@ -109,8 +111,8 @@ def pod_claims(spec: Mapping[str, Any]) -> list[PodClaim]:
     for index, raw in enumerate(_list(spec.get("resourceClaims"))):
         entry = _map(raw)
         if entry.get("name"):
-            claims.append(PodClaim(str(entry["name"]), str(entry.get("resourceClaimTemplateName") or ""),
-                                   str(entry.get("resourceClaimName") or ""), index))
+            claims.append(PodClaim(text(entry["name"]), text(entry.get("resourceClaimTemplateName") or ""),
+                                   text(entry.get("resourceClaimName") or ""), index))
     return claims
 
 
@@ -119,7 +121,7 @@ def container_claims(container: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     for raw in _list(_map(container.get("resources")).get("claims")):
         entry = _map(raw)
         if entry.get("name"):
-            yield str(entry["name"]), str(entry.get("request") or "")
+            yield text(entry["name"]), text(entry.get("request") or "")
 
 
 #: how many choices :func:`fitting` tries before it gives up (upstream allows 32 requests of 8 alternatives)

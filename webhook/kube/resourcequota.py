@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.kube import quantity
 from webhook.kube.patch import sublist
+from webhook.kube.value_text import text
 
 _PREFIXES = ("requests.", "limits.")
 
@@ -74,7 +75,7 @@ def applies(quota: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
 
 def _scope_matches(scope: str, operator: str, values: list[Any], spec: Mapping[str, Any]) -> bool:
     if scope == "PriorityClass":
-        name = str(spec.get("priorityClassName") or "")
+        name = text(spec.get("priorityClassName") or "")
         return {
             "In": bool(name) and name in values,
             "NotIn": name not in values,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.kube.patch import Path, as_dict, lookup
+from webhook.kube.value_text import text
 
 
 def split_pointer(path: str) -> tuple[str, ...]:
@@ -144,7 +145,7 @@ def owner_kinds(meta: Mapping[str, Any]) -> set[str]:
     refs = as_dict(meta).get("ownerReferences")
     if not isinstance(refs, list):
         return set()
-    return {str(r.get("kind")) for r in refs if isinstance(r, dict)}
+    return {text(r.get("kind")) for r in refs if isinstance(r, dict)}
 
 
 def as_path(path: Path) -> tuple[str | int, ...]:

@@ -11,6 +11,7 @@ from webhook.gpu.device_classes import DeviceClassInfo
 from webhook.kube.patch import PatchBuilder, lookup
 from webhook.kube.workload import PodTarget, owner_kinds
 from webhook.policy import match, schema
+from webhook.policy.charges import Charge
 from webhook.policy.decision import Change, Finding
 from webhook.policy.request import Phase, Request
 from webhook.view.claim_gpus import PodClaims
@@ -28,13 +29,15 @@ class Findings:
     dataclass with default factories keeps an interpreted ``__init__``.
     """
 
-    __slots__ = ("findings", "changes", "lifted")
+    __slots__ = ("findings", "changes", "lifted", "charges")
 
     def __init__(self, findings: list[Finding] | None = None, changes: list[Change] | None = None) -> None:
         self.findings: list[Finding] = findings if findings is not None else []
         self.changes: list[Change] = changes if changes is not None else []
         #: policy → the rules exceptions lifted where they would have run (None until one did)
         self.lifted: dict[str, set[str]] | None = None
+        #: what the pod charges to enforced GPU caps (None until a quota rule charges)
+        self.charges: list[Charge] | None = None
 
 
 _NO_SLOTS: resources.Slots = {}

@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from webhook.policy.schema import Mode
+from webhook.policy.charges import Charge
+from webhook.policy.finding import Finding
 
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing a rule found: a violation, a change it would make, or an informational note."""
-
-    policy: str
-    rule: str
-    mode: Mode
-    message: str
-    field: str = ""
-    #: a note, not a violation: the report result it stands for ("pass", or "skip" when the rule
-    #: could check nothing); "" for a violation. A note never denies, warns or counts as an audit finding.
-    note: Literal["", "pass", "skip"] = ""
-
-    def text(self) -> str:
-        return f"[{self.policy}/{self.rule}] {self.message}"
-
-    @property
-    def audited(self) -> bool:
-        """An audit-mode violation (what the audit annotation, log line and metric report)."""
-        return self.mode == "audit" and not self.note
-
-    @property
-    def label(self) -> str:
-        """How reports name its kind: the mode, or "note"."""
-        return "note" if self.note else self.mode
+__all__ = ["ALLOW", "Change", "Decision", "Finding"]
 
 
 class Change(NamedTuple):
@@ -57,6 +32,9 @@ class Decision(NamedTuple):
     patched: Any = None
     #: the GPUPolicyExceptions that lifted a rule which would have run on this object
     exceptions: tuple[str, ...] = ()
+    #: what the pod charges to the GPU caps the quota rule enforces (webhook.policy.charges): the
+    #: server writes them to the ledger before it allows the pod
+    charges: tuple[Charge, ...] = ()
 
     @property
     def denials(self) -> tuple[Finding, ...]:

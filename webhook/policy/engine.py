@@ -19,6 +19,7 @@ from webhook.kube import dra
 from webhook.kube.patch import PatchBuilder
 from webhook.kube.workload import PodTarget, pod_targets
 from webhook.policy import match, schema
+from webhook.policy.charges import merged as charges_merged
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
@@ -481,7 +482,9 @@ def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:
             allowed = False
     if summary and allowed:  # a denied object is not stored: saying it was mutated would mislead
         warnings.insert(0, f"gpu-admission mutated: {summary}")
-    # allowed, patch, warnings, findings, changes, patched, exceptions: Decision(...) without the
-    # named tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
-    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc, ())
+    # allowed, patch, warnings, findings, changes, patched, exceptions, charges: Decision(...) without
+    # the named tuple's __new__, a Python function on CPython 3.11 (this runs on every admission)
+    charges = sink.charges
+    fields = (allowed, tuple(builder.ops), tuple(warnings), findings, tuple(sink.changes), builder.doc, (),
+              charges_merged(charges) if charges else ())
     return _new_tuple(Decision, fields)

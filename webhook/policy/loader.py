@@ -224,11 +224,12 @@ def _validate(sources: list[_Source], problems: list[str]) -> list[tuple[_Source
         try:
             documents.append((source, _ADAPTER.validate_python(data)))
         except pydantic.ValidationError as exc:
-            problems.extend(f"{label}: {_field(err['loc'][1:])}: {err['msg']}" for err in exc.errors())
+            problems.extend(f"{label}: {field_path(err['loc'][1:])}: {err['msg']}" for err in exc.errors())
     return documents
 
 
-def _field(loc: tuple[Any, ...]) -> str:
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a field path: ``spec.rules.quota.limits[0].max``."""
     text = ""
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))

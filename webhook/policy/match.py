@@ -9,6 +9,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from webhook.kube.patch import as_dict
+from webhook.kube.value_text import text
 from webhook.policy import schema
 
 
@@ -234,4 +235,4 @@ def entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:
 
 
 def _str_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return {text(k): text(v) for k, v in value.items()} if isinstance(value, dict) else {}

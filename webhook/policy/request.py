@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.kube.patch import submap
+from webhook.kube.value_text import text
 
 Phase = Literal["mutate", "validate"]
 
@@ -29,16 +30,16 @@ class Request:
     @classmethod
     def for_object(cls, obj: Mapping[str, Any], *, operation: str = "CREATE", namespace: str | None = None) -> Request:
         """A CREATE request for a manifest (the audit CLI and tests)."""
-        api_version = str(obj.get("apiVersion", "v1"))
+        api_version = text(obj.get("apiVersion", "v1"))
         group, _, version = api_version.rpartition("/")
         meta = submap(obj, "metadata")
         return cls(
             operation=operation,
             group=group,
             version=version,
-            kind=str(obj.get("kind", "")),
-            namespace=namespace or str(meta.get("namespace") or "default"),
-            name=str(meta.get("name") or ""),
+            kind=text(obj.get("kind", "")),
+            namespace=namespace or text(meta.get("namespace") or "default"),
+            name=text(meta.get("name") or ""),
             object=obj,
         )
 
@@ -48,9 +49,9 @@ class Request:
             return self.name
         meta = submap(self.object, "metadata")
         if meta.get("name"):
-            return str(meta["name"])
+            return text(meta["name"])
         generate = meta.get("generateName")
-        return f"{generate}*" if generate else "(unnamed)"
+        return f"{text(generate)}*" if generate else "(unnamed)"
 
     @property
     def subject(self) -> str:

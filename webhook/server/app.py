@@ -8,13 +8,17 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from webhook import logs
 from webhook.cluster import ClusterIndex
+from webhook.cluster.ledger import Ledger
 from webhook.errors import CertificateError
+from webhook.policy.loader import PolicySet
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView
 from webhook.server import evaluation, handlers, keys
@@ -26,6 +30,9 @@ from webhook.view.protocol import ClusterView
 from webhook.view.snapshot import EMPTY_VIEW
 
 log = logging.getLogger(__name__)
+
+#: runs the GPU quota ledger beside the cluster index: (index, the policies in force, metrics) → the ledger
+LedgerBuilder = Callable[[ClusterIndex, Callable[[], PolicySet], Metrics], AbstractAsyncContextManager[Ledger]]
 
 @dataclass(frozen=True)
 class AppConfig:
@@ -48,6 +55,8 @@ def create_app(
     metrics: Metrics | None = None,
     cluster: Callable[[Metrics], ClusterIndex] | None = None,
     images: ResolverSettings | None = None,
+    ledger: LedgerBuilder | None = None,
+    log_output: logs.Output | None = None,
 ) -> web.Application:
     """Build the app. Raises PolicyError when the policy directory is invalid.
 
@@ -56,6 +65,10 @@ def create_app(
     has synced, and it answers the rules' cluster questions. Without it the
     rules see ``view`` (default: an empty cluster). ``images`` turns on the
     registry resolver: admission waits for unknown images at most its budget.
+    ``ledger`` (with ``cluster``) runs the GPU quota ledger, which charges a
+    pod's enforced GPU caps in the API server before it is allowed.
+    ``log_output``: the handler logs.configure installed, which the line per
+    admission is written to directly.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
     store = PolicyStore(config.policies, config.compiled)
@@ -63,6 +76,8 @@ def create_app(
     app[keys.METRICS] = metrics or Metrics()
     app[keys.LIMITS] = config.limits
     app[keys.DRAINING] = asyncio.Event()
+    if log_output is not None:
+        app[keys.LOG_OUTPUT] = log_output
     app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_executor_ctx)
     fixed_view = view or EMPTY_VIEW
@@ -78,7 +93,7 @@ def create_app(
         app[keys.TLS] = tls
         _export_cert_expiry(app, tls)
     if cluster is not None:
-        app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync))
+        app.cleanup_ctx.append(_cluster_ctx(cluster, config.freeze_gc_after_sync, ledger))
     if images is not None:  # after the cluster: it wraps the view the cluster index set
         app.cleanup_ctx.append(_registry_ctx(images))
     app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
@@ -148,20 +163,24 @@ def _export_cert_expiry(app: web.Application, tls: ReloadingTLS) -> None:
 
 
 def _cluster_ctx(
-    build: Callable[[Metrics], ClusterIndex], freeze_gc: bool
+    build: Callable[[Metrics], ClusterIndex], freeze_gc: bool, ledger: LedgerBuilder | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         index = build(app[keys.METRICS])
         app[keys.VIEW] = lambda: index
         app[keys.READY_CHECKS].append(lambda: "" if index.synced() else f"cluster view not synced: {_unsynced(index)}")
-        await index.start()
-        freezer = asyncio.create_task(_freeze_gc_when_synced(index)) if freeze_gc else None
-        try:
-            yield
-        finally:
-            if freezer is not None:
-                freezer.cancel()
-            await index.stop()
+        async with contextlib.AsyncExitStack() as stack:
+            if ledger is not None:  # (before the index starts: it follows the index's pods)
+                store = app[keys.STORE]
+                app[keys.LEDGER] = await stack.enter_async_context(ledger(index, lambda: store.current, app[keys.METRICS]))
+            await index.start()
+            freezer = asyncio.create_task(_freeze_gc_when_synced(index)) if freeze_gc else None
+            try:
+                yield
+            finally:
+                if freezer is not None:
+                    freezer.cancel()
+                await index.stop()
 
     return ctx
 

@@ -13,10 +13,11 @@ from aiohttp.http import HttpVersion11
 
 from webhook import review
 from webhook.errors import RequestBodyError, ReviewError
+from webhook.logs import Output
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
 from webhook.registry.resolver import unknown_images
-from webhook.server import evaluation, keys
+from webhook.server import charging, evaluation, keys
 from webhook.server.body import read_body
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,12 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
         metrics.reject(outcome.refused)
-    decision, payload = _answer(parsed, outcome.decision, phase, limits.max_patch_bytes)
+    decision = outcome.decision
+    if decision.charges:  # a new pod under enforced GPU caps: charged to the ledger before it is allowed
+        ledger = app.get(keys.LEDGER)
+        if ledger is not None:
+            decision = await charging.settle(ledger, parsed.request, decision)
+    decision, payload = _answer(parsed, decision, phase, limits.max_patch_bytes)
     _observe(app, endpoint, parsed, decision, outcome.refused)
     metrics.observe_latency(endpoint, time.perf_counter() - started)
     return _json(payload)
@@ -206,22 +212,38 @@ def _observe(app: web.Application, endpoint: str, parsed: review.Review, decisio
     metrics.count_findings(decision.findings)
     if decision.exceptions:
         metrics.count_exceptions(endpoint, decision.exceptions)
-    level = logging.DEBUG if outcome in ("allow", "warn") else logging.INFO
-    if level == logging.DEBUG and decision.findings and any(f.audited for f in decision.findings):
+    log_decision(app.get(keys.LOG_OUTPUT), endpoint, parsed, decision, outcome)
+
+
+def log_decision(output: Output | None, endpoint: str, parsed: review.Review, decision: Decision, outcome: str) -> None:
+    """The line per admission: INFO for a patch, a denial or an audit finding, DEBUG otherwise; written
+    to ``output`` (`serve`'s, without a LogRecord) or through this module's logger."""
+    findings = decision.findings
+    if outcome == "patch" or outcome == "deny" or outcome == "error":
+        level = logging.INFO
+    elif findings and any(f.audited for f in findings):
         # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it
         outcome, level = "audit", logging.INFO
-    if not log.isEnabledFor(level):  # the usual case: no line, so no fields worked out for one
+    else:
+        level = logging.DEBUG
+    if not log.isEnabledFor(level):  # allowed unchanged at INFO: no line, so no fields worked out for one
         return
+    if outcome == "deny" or outcome == "error":
+        text = decision.message() or "; ".join(decision.warnings)
+    elif outcome == "audit":
+        text = "; ".join(review.audit_findings(decision))
+    else:  # a patch (the warning says what was mutated), or what was allowed and warned about
+        text = "; ".join(decision.warnings)
+    req = parsed.request
     fields = {
         "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
         "object": req.name, "endpoint": endpoint, "verdict": outcome,
-        "rules": sorted({f"{f.policy}/{f.rule}" for f in decision.findings}),
+        "rules": sorted({f"{f.policy}/{f.rule}" for f in findings}) if findings else [],
     }
-    if level == logging.DEBUG:
-        text = "; ".join(decision.warnings)
+    if output is not None:
+        output.fields(log, level, f"{outcome}: {text}", fields)
     else:
-        text = decision.message() or "; ".join(review.audit_findings(decision) if outcome == "audit" else decision.warnings)
-    log.log(level, "%s: %s", outcome, text, extra=fields)
+        log.log(level, "%s: %s", outcome, text, extra=fields)
 
 
 def _outcome(decision: Decision, refused: str) -> str:

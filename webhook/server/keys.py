@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from webhook.cluster.ledger import Ledger
+from webhook.logs import Output
 from webhook.registry.resolver import Resolver
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
@@ -31,3 +33,7 @@ EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 DRAINING = web.AppKey("draining", asyncio.Event)
 #: the registry resolver, when image resolution is on (serve --resolve-images)
 RESOLVER = web.AppKey("resolver", Resolver)
+#: the GPU quota ledger, when the server runs with a cluster (docs/quota.md)
+LEDGER = web.AppKey("ledger", Ledger)
+#: where `serve` writes its log lines (logs.configure), for the line per admission; absent in tests
+LOG_OUTPUT = web.AppKey("log_output", Output)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -175,8 +175,26 @@ class Metrics:
         key = (reason if reason in REJECT_REASONS else OTHER,)
         _child(self._reject_children, self.rejected, key).inc()
 
+    def count_log_drops(self, dropped: Callable[[], int]) -> None:
+        """Export ``gpu_admission_log_lines_dropped_total``: the count ``dropped()`` returns when scraped."""
+        self.registry.register(_LogDrops(dropped))  # type: ignore[arg-type]
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _LogDrops:
+    """Log lines dropped because the log output did not take them (webhook.log_output), read when scraped."""
+
+    def __init__(self, dropped: Callable[[], int]) -> None:
+        self._dropped = dropped
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "gpu_admission_log_lines_dropped",
+            "Log lines dropped because the log output (stderr) did not take them in time: its reader stalled.",
+            value=self._dropped(),
+        )
 
 
 def _child(children: dict[_Key, Any], metric: Any, key: _Key) -> Any:

@@ -7,12 +7,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook import certs, cluster, collector, compiled
-from webhook.cluster import ClusterIndex
-from webhook.server import listener, loop
-from webhook.registry import flags
+from webhook import certs, cluster, collector, compiled, logs
+from webhook.cluster import ClusterIndex, ledger_settings, ledger_upkeep
 from webhook.cluster.discovery import served_resources
-from webhook.server.app import AppConfig, create_app
+from webhook.registry import flags
+from webhook.server import listener, loop
+from webhook.server.app import AppConfig, LedgerBuilder, create_app
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.tls import ReloadingTLS
@@ -22,19 +22,25 @@ log = logging.getLogger(__name__)
 DEV_CERTS = Path("certs")
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, output: logs.Output) -> int:
     new_loop = loop.factory(args.event_loop)  # --event-loop uvloop without uvloop fails before any work
     core = compiled.policy_core()  # the image runs it compiled (setup.py); a mix means a broken build
     (log.warning if core == "partly compiled" else log.info)("policy core: %s", core)
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
+    api_client = _api_client(args)
+    metrics = Metrics()
+    metrics.count_log_drops(lambda: output.dropped)
     app = create_app(
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True,
                   compiled=args.compiled),
         tls=tls,
-        cluster=_cluster_builder(args),
+        cluster=_cluster_builder(api_client) if api_client is not None else None,
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
+        ledger=_ledger_builder(api_client, args) if api_client is not None else None,
+        metrics=metrics,
+        log_output=output,
     )
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,
@@ -45,18 +51,31 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_builder(args: argparse.Namespace) -> Callable[[Metrics], ClusterIndex] | None:
-    """The live cluster index, or None without a cluster (the rules then see an empty one)."""
+def _api_client(args: argparse.Namespace) -> cluster.ApiClient | None:
+    """The API server the cluster view follows, or None without a cluster (the rules then see an empty one)."""
     if args.no_cluster:
         log.info("--no-cluster: rules see an empty cluster")
         return None
     api_client = cluster.load_api_client(args.kubeconfig, args.context)
     if api_client is None:
         log.warning("no in-cluster credentials and no kubeconfig: rules see an empty cluster")
-        return None
+    return api_client
+
+
+def _cluster_builder(api_client: cluster.ApiClient) -> Callable[[Metrics], ClusterIndex]:
+    """The live cluster index."""
     resources = served_resources(api_client)
     log.info("cluster view: list+watch of %s", ", ".join(resources))
     return lambda metrics: cluster.ClusterIndex(api_client, resources=resources, registry=metrics.registry)
+
+
+def _ledger_builder(api_client: cluster.ApiClient, args: argparse.Namespace) -> LedgerBuilder:
+    """The GPU quota ledger, in the API server the cluster view follows."""
+    settings = ledger_settings.settings(args)
+    log.info("GPU quota ledger: GPUQuotaLedgers in namespace %s, release window %gs, recount every %gs",
+             settings.namespace, settings.window, settings.recount)
+    return lambda index, policies, metrics: ledger_upkeep.running(api_client, index, policies, settings,
+                                                                  metrics.registry)
 
 
 def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from webhook.gpu import cuda
 from webhook.kube import dra, quantity
 from webhook.kube.patch import lookup, sublist
+from webhook.kube.value_text import text
 from webhook.view import nodegroups
 
 Object = Mapping[str, Any]
@@ -47,7 +48,7 @@ Requirement = tuple[str, Any, list[str]]
 
 
 def _requirement(expr: Object) -> Requirement:
-    return str(expr.get("key", "")), expr.get("operator"), [str(v) for v in _list(expr.get("values"))]
+    return text(expr.get("key", "")), expr.get("operator"), [text(v) for v in _list(expr.get("values"))]
 
 
 def _holds(requirement: Requirement, labels: Mapping[str, Any]) -> bool:
@@ -145,7 +146,7 @@ class NodeFilter:
         self.devices = devices
         self.pinned = spec.get("nodeName")
         selector = spec.get("nodeSelector")
-        self.selector = [(str(k), str(v)) for k, v in selector.items()] if isinstance(selector, Mapping) else []
+        self.selector = [(text(k), text(v)) for k, v in selector.items()] if isinstance(selector, Mapping) else []
         required = lookup(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"))
         #: None: no required node affinity; otherwise the terms (ORed), [] when there are none
         self.terms: list[Term] | None = None
@@ -207,7 +208,7 @@ class NodeFilter:
                     for g in groups if self._group_admits(g.traits)]
         # a member's driver and devices are its group's (both are part of the group's key)
         if self.pinned:
-            name = str(self.pinned)
+            name = text(self.pinned)
             found = [(g, g.members[name]) for g in groups if name in g.members]
         else:
             found = [(g, node) for g in groups for node in g.members.values()]
@@ -249,7 +250,7 @@ def label_values(spec: Object, key: str) -> frozenset[str] | None:
     key leaves the pod free.
     """
     selector = spec.get("nodeSelector")
-    pinned = frozenset({str(selector[key])}) if isinstance(selector, Mapping) and key in selector else None
+    pinned = frozenset({text(selector[key])}) if isinstance(selector, Mapping) and key in selector else None
     terms = lookup(spec, ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
     allowed: frozenset[str] | None = None
     if isinstance(terms, list) and terms:
@@ -270,7 +271,7 @@ def _term_values(term: Any, key: str) -> frozenset[str] | None:
     exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
     for expr in exprs if isinstance(exprs, list) else ():
         if isinstance(expr, Mapping) and expr.get("key") == key and expr.get("operator") == "In":
-            values = frozenset(str(v) for v in _list(expr.get("values")))
+            values = frozenset(text(v) for v in _list(expr.get("values")))
             found = values if found is None else found & values
     return found
 

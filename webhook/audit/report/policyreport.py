@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.audit.judge import Outcome, Result
@@ -25,6 +26,24 @@ from webhook.audit.report.run import TOOL, Report, dump_json
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-admission-audit"
+MANAGED_BY = {"app.kubernetes.io/managed-by": TOOL}
+
+
+@dataclass(frozen=True)
+class ReportKinds:
+    """A report API: wgpolicyk8s.io's PolicyReport, or its successor openreports.io's Report."""
+
+    api_version: str
+    namespaced: str  # the kind of a namespace's report
+    cluster: str  # the kind of the cluster-scoped report
+    plural: str
+    cluster_plural: str
+    #: openreports.io names the engine once per report too
+    report_source: bool
+
+
+WGPOLICY = ReportKinds(API_VERSION, "PolicyReport", "ClusterPolicyReport", "policyreports", "clusterpolicyreports", False)
+OPENREPORTS = ReportKinds("openreports.io/v1alpha1", "Report", "ClusterReport", "reports", "clusterreports", True)
 _SEVERITY = {"enforce": "high", "warn": "medium", "audit": "low"}
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _STATUSES = ("pass", "fail", "warn", "error", "skip")
@@ -51,27 +70,31 @@ def document(report: Report) -> dict[str, Any]:
         }
         for problem in report.problems
     )
-    items = [_report("PolicyReport", entries, namespace) for namespace, entries in sorted(by_namespace.items())]
+    items = [report_object(WGPOLICY, namespace, REPORT_NAME, entries, MANAGED_BY)
+             for namespace, entries in sorted(by_namespace.items())]  # fmt: skip
     if cluster_entries:
-        items.append(_report("ClusterPolicyReport", cluster_entries, None))
+        items.append(report_object(WGPOLICY, None, REPORT_NAME, cluster_entries, MANAGED_BY))
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def _report(kind: str, results: list[dict[str, Any]], namespace: str | None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": REPORT_NAME, "labels": {"app.kubernetes.io/managed-by": TOOL}}
+def report_object(kinds: ReportKinds, namespace: str | None, name: str, results: list[dict[str, Any]],
+                  labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """One report: a namespace's (``namespace``), or the cluster's (None), with its summary."""
+    metadata: dict[str, Any] = {"name": name, "labels": dict(labels)}
     if namespace is not None:
         metadata["namespace"] = namespace
     counts = Counter(r["result"] for r in results)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": kind,
-        "metadata": metadata,
-        "summary": {status: counts[status] for status in _STATUSES},
-        "results": results,
-    }
+    report: dict[str, Any] = {"apiVersion": kinds.api_version, "kind": kinds.namespaced if namespace else kinds.cluster,
+                              "metadata": metadata}  # fmt: skip
+    if kinds.report_source:
+        report["source"] = TOOL
+    report["summary"] = {status: counts[status] for status in _STATUSES}
+    report["results"] = results
+    return report
 
 
-def _entry(report: Report, result: Result, outcome: Outcome) -> dict[str, Any]:
+def resource_of(result: Result) -> dict[str, Any]:
+    """The object reference a result names: apiVersion, kind, name, namespace, and uid when it has one."""
     doc, request = result.document, result.request
     resource: dict[str, Any] = {
         "apiVersion": str(doc.obj.get("apiVersion", "")),
@@ -83,7 +106,12 @@ def _entry(report: Report, result: Result, outcome: Outcome) -> dict[str, Any]:
     uid = (doc.obj.get("metadata") or {}).get("uid")
     if uid:
         resource["uid"] = str(uid)
-    properties = {"mode": outcome.mode, "phase": outcome.phase, "file": doc.source, "document": str(doc.index)}
+    return resource
+
+
+def result_entry(outcome: Outcome, resource: dict[str, Any], timestamp: int,
+                 properties: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """One policy rule's result on one resource, as a report's ``results[]`` item."""
     return {
         "source": TOOL,
         "policy": outcome.policy,
@@ -93,10 +121,16 @@ def _entry(report: Report, result: Result, outcome: Outcome) -> dict[str, Any]:
         "result": outcome.status,
         "scored": True,
         "message": outcome.message,
-        "timestamp": _timestamp(report),
+        "timestamp": {"seconds": timestamp, "nanos": 0},
         "resources": [resource],
         "properties": properties,
     }
+
+
+def _entry(report: Report, result: Result, outcome: Outcome) -> dict[str, Any]:
+    doc = result.document
+    properties = {"mode": outcome.mode, "phase": outcome.phase, "file": doc.source, "document": str(doc.index)}
+    return result_entry(outcome, resource_of(result), report.timestamp, properties)
 
 
 def _timestamp(report: Report) -> dict[str, int]:

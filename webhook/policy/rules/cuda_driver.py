@@ -20,6 +20,7 @@ from webhook.gpu import cuda, images, products, resources
 from webhook.gpu.forward_compat import Branch
 from webhook.kube import affinity, dra
 from webhook.kube.patch import pointer
+from webhook.kube.value_text import text
 from webhook.kube.workload import field_path
 from webhook.policy import match, severity
 from webhook.policy.context import RuleContext
@@ -116,7 +117,7 @@ def _need(
 
     ``annotations``: the pod's, when it states a CUDA version in them (None otherwise).
     """
-    image = str(ref.container.get("image") or "")
+    image = text(ref.container.get("image") or "")
     config = ctx.view.image_config(image)
     if annotations is not None:
         # the pod states its CUDA: nothing to share with other pods of the image
@@ -306,7 +307,7 @@ def _forward_hint(need: _Need) -> str:
 def _annotations(ctx: RuleContext) -> dict[str, str]:
     meta = ctx.meta if ctx.target.meta_path is not None else (ctx.request.object or {}).get("metadata")
     raw = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    return {text(k): text(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
 
 
 def _field(ctx: RuleContext, ref: resources.ContainerRef) -> str:

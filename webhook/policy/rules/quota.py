@@ -3,33 +3,36 @@
 Pods only: a template has no pods yet, and how many it gets is its
 controller's business (autoscalers, parallelism); a template is at most
 warned about when its replicas alone exceed a cap. Usage is what the
-Pending and Running pods of the cluster view hold. Two pods admitted at the
-same moment both see the usage from before either: the native ResourceQuota,
-which the API server charges atomically, is the hard backstop
-(docs/validations.md).
+Pending and Running pods of the cluster view hold. The view lags behind a
+burst (two pods admitted at the same moment both see the usage from before
+either), so for the caps it enforces on a new pod the rule also states what
+the pod charges to each cap's ledger (``webhook.policy.charges``): the
+server charges them in the API server, with optimistic concurrency, before
+it allows the pod (docs/quota.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from fnmatch import fnmatchcase
 from typing import Any
 
 from webhook.gpu import resources
 from webhook.kube import resourcequota
 from webhook.kube.patch import pointer
-from webhook.policy import match, severity
+from webhook.kube.value_text import text
+from webhook.policy import caps as cap_rules
+from webhook.policy import severity
+from webhook.policy.caps import WHAT_TO_DO, amount, counted, covers, held, number
+from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import QuotaLimit, QuotaRule
 from webhook.view import claim_gpus, scheduling
 from webhook.view.protocol import Resource
-from webhook.view.usage import Amounts, Share, UsageKey
+from webhook.view.usage import Amounts, Share
 
 PHASES = ("validate",)
-#: every finding ends with what to do; a data scientist can do one of these two
-WHAT_TO_DO = " (stop GPU pods you no longer need, or ask for a larger cap)"
 
 
 @dataclass(frozen=True)
@@ -47,48 +50,28 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
     if not any(asks.values()):
         return
     me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
-              str(ctx.spec.get("priorityClassName") or ""), asks)
+              text(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
             _check_template(ctx, cfg, me)
         return
-    caps = [c for c in cfg.limits if _amount(_counted(c), asks) and _covers(c, me, ctx.ns_labels) is not None]
+    caps = [c for c in cfg.limits if amount(counted(c), asks.items()) and _covers(c, me, ctx.ns_labels) is not None]
     if caps:
         _check_caps(ctx, cfg, caps, me)
+        if ctx.mode == "enforce" and ctx.request.operation == "CREATE":
+            _charge(ctx, cfg, caps, me)
     if cfg.resourceQuotas:
         _check_resource_quotas(ctx, cfg, asks)
 
 
-def _amount(counted: resources.ResourceMatcher, gpus: Mapping[str, Decimal]) -> Decimal:
-    """GPUs of the counted resources (a cap's name or prefix*) in ``gpus``."""
-    return sum((n for name, n in gpus.items() if counted(name)), Decimal(0))
-
-
-def _counted(cap: QuotaLimit) -> resources.ResourceMatcher:
-    return resources.ResourceMatcher.of([cap.resource])
-
-
 def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | None:
     """The group (namespace or team) the cap counts the pod in; None when it does not count it."""
-    if not _counts(cap, pod.priority, pod.models):
-        return None
-    return _group(cap, pod.namespace, ns_labels)
+    return covers(cap, pod.priority, pod.models, pod.namespace, ns_labels)
 
 
 def _counts(cap: QuotaLimit, priority: str, models: frozenset[str] | None) -> bool:
     """The cap counts pods of this priority class on these models (None: any model)."""
-    if cap.priorityClasses and priority not in cap.priorityClasses:
-        return False
-    if cap.model == "any":
-        return models is None
-    return cap.model == "*" or any(fnmatchcase(m, cap.model) for m in models or ())
-
-
-def _group(cap: QuotaLimit, namespace: str, ns_labels: Mapping[str, str]) -> str | None:
-    if cap.scope == "namespace":
-        return namespace if match.name_matches(cap.namespaces, namespace) else None
-    team = ns_labels.get(cap.teamLabel)
-    return team if team and (not cap.teams or team in cap.teams) else None
+    return cap_rules.counts(cap.model, cap.priorityClasses, priority, models)
 
 
 def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) -> None:
@@ -106,24 +89,64 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
     mine = usage.share(ctx.request.namespace, ctx.request.name) if ctx.request.name else None
     for cap in caps:
         group = str(_covers(cap, me, ctx.ns_labels))
-        held = usage.in_namespace(group) if cap.scope == "namespace" else usage.in_team(cap.teamLabel, group)
-        counted = _counted(cap)
-        used = _held(cap, counted, ctx.is_gpu, held.items()) + _claimed(ctx, cfg, cap, group, counted)
+        sums = usage.in_namespace(group) if cap.scope == "namespace" else usage.in_team(cap.teamLabel, group)
+        matcher = counted(cap)
+        used = held(cap, matcher, ctx.is_gpu, sums.items()) + _claimed(ctx, cfg, cap, group, matcher)
         if mine is not None:  # the pod being updated does not count against itself
-            used -= _held(cap, counted, ctx.is_gpu, mine.amounts)
-        ask = _amount(counted, me.gpus)
+            used -= held(cap, matcher, ctx.is_gpu, mine.amounts)
+        ask = amount(matcher, me.gpus.items())
         if used + ask > cap.max:
-            held_in = _holders(ctx, cfg, cap, group, counted, usage.namespaces, mine) if cap.scope == "team" else ""
-            ctx.report(f"{ctx.where()}: {_subject(cap, group)} uses {_n(used)} of {cap.max} {cap.resource}"
-                       f"{_qualifier(cap)}; this pod asks for {_n(ask)}{held_in}{WHAT_TO_DO}",
+            held_in = _holders(ctx, cfg, cap, group, matcher, usage.namespaces, mine) if cap.scope == "team" else ""
+            ctx.report(cap_rules.over(ctx.where(), cap.scope, group, cap.teamLabel, cap.model, cap.priorityClasses,
+                                      cap.resource, used, cap.max, ask, held_in),
                        pointer(ctx.spec_path("containers")))
 
 
-#: how many of a team's namespaces a denial names
-HOLDERS_NAMED = 5
+def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) -> None:
+    """What the pod charges to the ledgers its enforced caps are judged in (docs/quota.md).
+
+    Only a new pod with a uid (the validating webhook's, or a pod of the view
+    being recounted): a charge is keyed by the uid, which kube-apiserver gives
+    the pod before validating admission. A team cap is judged in its team's
+    ledger, and so are the namespace caps of the team's namespaces (one
+    write admits the pod); a namespace no team cap of the rule covers has a
+    ledger of its own.
+    """
+    uid = str(_map(ctx.meta).get("uid") or "")
+    if not uid:
+        return
+    gpus = tuple(sorted((name, n) for name, n in me.gpus.items() if n))
+    holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus)
+    where, field = ctx.where(), pointer(ctx.spec_path("containers"))
+    team = _team_ledger(cfg, ctx.ns_labels)
+    charges = ctx.sink.charges
+    if charges is None:
+        charges = ctx.sink.charges = []
+    for cap in caps:
+        group = str(_covers(cap, me, ctx.ns_labels))
+        if cap.scope == "team":
+            key, only = LedgerKey("team", group, cap.teamLabel, cfg.modelLabel), ""
+        elif team is not None:
+            key, only = team, group
+        else:
+            key, only = LedgerKey("namespace", group, "", cfg.modelLabel), ""
+        check = CapCheck(ctx.policy.metadata.name, where, field, cap.resource, cap.model, tuple(cap.priorityClasses),
+                         cap.max, cfg.clusterUnavailable == "fail-closed", cap.scope, group,
+                         cap.teamLabel if cap.scope == "team" else "", only)
+        charges.append(Charge(key, uid, holding, (check,)))
 
 
-def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, counted: resources.ResourceMatcher,
+def _team_ledger(cfg: QuotaRule, ns_labels: Mapping[str, str]) -> LedgerKey | None:
+    """The ledger of the namespace's team when a team cap of the rule covers that team (whatever the
+    pod): the namespace's pods are charged there, so that their namespace caps are judged in it too."""
+    for cap in sorted((c for c in cfg.limits if c.scope == "team"), key=lambda c: c.teamLabel):
+        team = ns_labels.get(cap.teamLabel)
+        if team and (not cap.teams or team in cap.teams):
+            return LedgerKey("team", team, cap.teamLabel, cfg.modelLabel)
+    return None
+
+
+def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, matcher: resources.ResourceMatcher,
              namespaces: Mapping[str, Amounts], mine: Share | None) -> str:
     """Where a team cap's GPUs are held: "; held in ml-a 6, ml-b 1", the team's namespaces, most first.
 
@@ -132,45 +155,31 @@ def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, count
     (the usage sums) or DRA claims, each counted as the cap counts them.
     """
     labels_of = _namespace_labels(ctx)
-    claimed = _claimed_by_namespace(ctx, cfg, cap, team, counted)
-    held: list[tuple[Decimal, str]] = []
+    claimed = _claimed_by_namespace(ctx, cfg, cap, team, matcher)
+    holders: dict[str, Decimal] = {}
     for namespace in set(namespaces) | set(claimed):
         if labels_of(namespace).get(cap.teamLabel) != team:
             continue
-        count = _held(cap, counted, ctx.is_gpu, namespaces.get(namespace, {}).items()) + claimed.get(namespace, 0)
+        count = held(cap, matcher, ctx.is_gpu, namespaces.get(namespace, {}).items()) + claimed.get(namespace, 0)
         if mine is not None and namespace == ctx.request.namespace:  # the pod under admission, already in the view
-            count -= _held(cap, counted, ctx.is_gpu, mine.amounts)
+            count -= held(cap, matcher, ctx.is_gpu, mine.amounts)
         if count > 0:
-            held.append((count, namespace))
-    if not held:
-        return ""
-    held.sort(key=lambda item: (-item[0], item[1]))
-    named = ", ".join(f"{namespace} {_n(count)}" for count, namespace in held[:HOLDERS_NAMED])
-    more = len(held) - HOLDERS_NAMED
-    return f"; held in {named}" + (f" and {more} more namespace{'s' if more > 1 else ''}" if more > 0 else "")
+            holders[namespace] = count
+    return cap_rules.held_in(holders)
 
 
-def _held(cap: QuotaLimit, counted: resources.ResourceMatcher, is_gpu: resources.ResourceMatcher,
-          amounts: Iterable[tuple[UsageKey, Decimal]]) -> Decimal:
-    total = Decimal(0)
-    for (priority, models, resource), count in amounts:
-        if counted(resource) and is_gpu(resource) and _counts(cap, priority, models):
-            total += count
-    return total
-
-
-def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, counted: resources.ResourceMatcher) -> Decimal:
+def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, matcher: resources.ResourceMatcher) -> Decimal:
     """Devices of DRA claims held by the pods ``cap`` counts in ``group`` (Pending or Running, not this pod).
 
     The usage sums hold extended resources only: a claim's devices depend on
     templates, claims and device classes that change on their own, so they
     are counted here, over the pods that name claims (few on most clusters).
     """
-    return sum(_claimed_by_namespace(ctx, cfg, cap, group, counted).values(), Decimal(0))
+    return sum(_claimed_by_namespace(ctx, cfg, cap, group, matcher).values(), Decimal(0))
 
 
 def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str,
-                          counted: resources.ResourceMatcher) -> dict[str, Decimal]:
+                          matcher: resources.ResourceMatcher) -> dict[str, Decimal]:
     """``_claimed``, per namespace holding some: one pass over the pods that name claims."""
     total: dict[str, Decimal] = {}
     labels_of = _namespace_labels(ctx)
@@ -188,7 +197,7 @@ def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, gro
         models = claim_gpus.confine(scheduling.label_values(spec, cfg.modelLabel), claims)
         if claims is None or not _counts(cap, str(spec.get("priorityClassName") or ""), models):
             continue
-        devices = sum((n for name, n in claims.total().items() if counted(name) and ctx.is_gpu(name)), Decimal(0))
+        devices = sum((n for name, n in claims.total().items() if matcher(name) and ctx.is_gpu(name)), Decimal(0))
         if devices:
             total[namespace] = total.get(namespace, Decimal(0)) + devices
     return total
@@ -219,8 +228,8 @@ def _check_resource_quotas(ctx: RuleContext, cfg: QuotaRule, asks: Mapping[str, 
     if found and _charged_already(ctx):  # (looked for only on a breach: rare, and a scan of the namespace's pods)
         found = resourcequota.breaches(quotas, ctx.spec, asks, is_gpu, charged=asks)
     for breach in found:
-        ctx.report(f"{ctx.where()}: namespace {ctx.request.namespace} uses {_n(breach.used)} of {_n(breach.hard)} "
-                   f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {_n(breach.ask)}{WHAT_TO_DO}",
+        ctx.report(f"{ctx.where()}: namespace {ctx.request.namespace} uses {number(breach.used)} of {number(breach.hard)} "
+                   f"{breach.key} (ResourceQuota {breach.quota}); this pod asks for {number(breach.ask)}{WHAT_TO_DO}",
                    pointer(ctx.spec_path("containers")))
 
 
@@ -247,10 +256,11 @@ def _charged_already(ctx: RuleContext) -> bool:
 def _check_template(ctx: RuleContext, cfg: QuotaRule, me: _Pod) -> None:
     replicas = _replicas(ctx)
     for cap in cfg.limits:
-        group, ask = _covers(cap, me, ctx.ns_labels), _amount(_counted(cap), me.gpus)
+        group, ask = _covers(cap, me, ctx.ns_labels), amount(counted(cap), me.gpus.items())
         if group is not None and ask and replicas * ask > cap.max:
-            severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {_n(ask)} {cap.resource} exceed "
-                            f"the cap of {cap.max} for {_subject(cap, group)}{_qualifier(cap)}; pods past it "
+            severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {number(ask)} {cap.resource} exceed "
+                            f"the cap of {cap.max} for {cap_rules.subject(cap.scope, group, cap.teamLabel)}"
+                            f"{cap_rules.qualifier(cap.model, cap.priorityClasses)}; pods past it "
                             "will be denied", pointer(ctx.spec_path("containers")))
     if cfg.resourceQuotas and ctx.view.availability("resourcequotas").known:
         # the namespace's native ResourceQuotas: what the API server itself will refuse pods past
@@ -258,8 +268,8 @@ def _check_template(ctx: RuleContext, cfg: QuotaRule, me: _Pod) -> None:
         quotas = ctx.view.resource_quotas(ctx.request.namespace)
         for breach in resourcequota.breaches(quotas, ctx.spec, {k: replicas * n for k, n in asks.items()},
                                              _quota_gpu(ctx), empty=True):
-            severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {_n(breach.ask / replicas)} "
-                            f"{breach.key} exceed ResourceQuota {breach.quota} ({_n(breach.hard)} in namespace "
+            severity.report(ctx, "warn", f"{ctx.where()}: {replicas} replicas × {number(breach.ask / replicas)} "
+                            f"{breach.key} exceed ResourceQuota {breach.quota} ({number(breach.hard)} in namespace "
                             f"{ctx.request.namespace}); the API server will refuse pods past it",
                             pointer(ctx.spec_path("containers")))
 
@@ -283,19 +293,6 @@ def _replicas(ctx: RuleContext) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             total *= value
     return total
-
-
-def _subject(cap: QuotaLimit, group: str) -> str:
-    return f"namespace {group}" if cap.scope == "namespace" else f"team {group} ({cap.teamLabel}={group})"
-
-
-def _qualifier(cap: QuotaLimit) -> str:
-    text = "" if cap.model == "*" else " with no GPU model selected" if cap.model == "any" else f" on {cap.model}"
-    return text + (f" at priority {', '.join(cap.priorityClasses)}" if cap.priorityClasses else "")
-
-
-def _n(value: Decimal) -> str:
-    return f"{value.normalize():f}"
 
 
 def _map(value: Any) -> Mapping[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from webhook.gpu import mig, resources
-from webhook.kube import quantity
+from webhook.kube import quantity, value_text
 from webhook.kube.patch import pointer
 from webhook.policy import severity
 from webhook.policy.context import RuleContext
@@ -79,18 +79,19 @@ def _check_quantities(ctx: RuleContext, ref: resources.ContainerRef, name: str) 
         if value is not None and value < 0:
             ctx.report(f"{where}: {name} is {text}, below zero; ask for a whole number of devices", path)
         elif value is None:
-            shown = str(text).lower() if isinstance(text, bool) else repr(text)  # YAML's yes/no are booleans
+            shown = str(text).lower() if isinstance(text, bool) else value_text.shown(text)  # YAML's yes/no are booleans
             ctx.report(f"{where}: {name}: {shown} is not a valid quantity; ask for a whole number of devices", path)
         else:
             ctx.report(f"{where}: {name} is {text}, a fraction; GPUs are whole devices: ask for an integer "
                        "(share GPUs through MIG or time-slicing)", path)
     if "requests" in values and "limits" not in values:
-        ctx.report(f"{ctx.where(ref, 'resources.requests')}: {name} is requested ({raw['requests']}) without a "
-                   f"limit; set limits.{name}: {raw['requests']} (GPUs are allocated by limit)",
+        asked = value_text.text(raw["requests"])
+        ctx.report(f"{ctx.where(ref, 'resources.requests')}: {name} is requested ({asked}) without a "
+                   f"limit; set limits.{name}: {asked} (GPUs are allocated by limit)",
                    _pointer(ctx, ref.list_name, ref.index, "resources", "limits"))
     elif "requests" in values and values["requests"] != values["limits"]:
-        ctx.report(f"{ctx.where(ref, 'resources')}: {name} request {raw['requests']} differs from limit "
-                   f"{raw['limits']}; GPUs cannot be overcommitted: make them equal",
+        ctx.report(f"{ctx.where(ref, 'resources')}: {name} request {value_text.text(raw['requests'])} differs from limit "
+                   f"{value_text.text(raw['limits'])}; GPUs cannot be overcommitted: make them equal",
                    _pointer(ctx, ref.list_name, ref.index, "resources", "requests", name))
 
 

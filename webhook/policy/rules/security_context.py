@@ -16,6 +16,7 @@ from typing import Any
 
 from webhook.gpu import resources
 from webhook.kube.patch import sublist, submap
+from webhook.kube.value_text import text
 from webhook.kube.workload import is_windows
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import SecurityContextRule
@@ -192,5 +193,5 @@ def _container_problems(sc: Mapping[str, Any], cfg: SecurityContextRule) -> list
     added = [c for c in sublist(caps, "add") if c not in cfg.allowedCapabilities]
     if added:
         allowed = ", ".join(cfg.allowedCapabilities) or "none"
-        problems.append(("capabilities.add", f"adds capabilities {', '.join(map(str, added))}; allowed: {allowed}"))
+        problems.append(("capabilities.add", f"adds capabilities {', '.join(map(text, added))}; allowed: {allowed}"))
     return problems

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from webhook.kube import quantity
 from webhook.kube.patch import as_dict
+from webhook.kube.value_text import text
 from webhook.kube.workload import is_windows
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import ShmRule
@@ -71,7 +72,7 @@ def _mounts_shm(mounts: list[Any]) -> bool:
             if type(path) is str:  # (compiled: a str comparison, not a generic one)
                 if path == MOUNT_PATH or path.rstrip("/") == MOUNT_PATH:
                     return True
-            elif str(path).rstrip("/") == MOUNT_PATH:
+            elif text(path).rstrip("/") == MOUNT_PATH:
                 return True
     return False
 
@@ -84,11 +85,11 @@ def _is_ours(volume: Mapping[str, Any]) -> bool:
 def _volume_name(volumes: list[Any], base: str) -> tuple[str, bool]:
     """Our volume's name, and whether the pod has it: a memory emptyDir of that name, else the first free variant."""
     for volume in volumes:
-        if type(volume) is dict and str(volume.get("name")) == base:
+        if type(volume) is dict and text(volume.get("name")) == base:
             break
     else:
         return base, False
-    taken = {str(v.get("name")): v for v in volumes if type(v) is dict}
+    taken = {text(v.get("name")): v for v in volumes if type(v) is dict}
     candidate, n = base, 1
     while candidate in taken and not _is_ours(taken[candidate]):
         n += 1

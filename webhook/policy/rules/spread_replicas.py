@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from webhook.kube import affinity
 from webhook.kube.patch import submap
+from webhook.kube.value_text import text
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import SpreadReplicasRule
 
@@ -34,6 +35,6 @@ def replica_selector(ctx: RuleContext, ignore: list[str]) -> dict[str, str]:
     if ctx.target.meta_path == TEMPLATE_META:
         own = submap(submap(ctx.request.object, "spec"), "selector")
         if own and not own.get("matchExpressions"):
-            return {str(k): str(v) for k, v in submap(own, "matchLabels").items()}
+            return {text(k): text(v) for k, v in submap(own, "matchLabels").items()}
     labels = submap(ctx.meta, "labels")
-    return {str(k): str(v) for k, v in labels.items() if k not in ignore}
+    return {text(k): text(v) for k, v in labels.items() if k not in ignore}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from webhook.kube import affinity
 from webhook.kube.patch import submap
+from webhook.kube.value_text import text
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import TrainingLocalityRule
 
@@ -33,7 +34,7 @@ def job_selector(ctx: RuleContext, cfg: TrainingLocalityRule) -> dict[str, str] 
     labels = submap(ctx.meta, "labels")
     for identity in cfg.jobIdentities:
         if identity.label in labels:
-            return {identity.label: str(labels[identity.label])}
+            return {identity.label: text(labels[identity.label])}
     if ctx.target.is_pod or not ctx.request.name:
         return None
     for identity in cfg.jobIdentities:

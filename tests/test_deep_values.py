@@ -1,0 +1,152 @@
+"""Values nested a thousand levels deep (valid JSON, which orjson reads) are judged as the malformed values they are.
+
+``str()`` or ``repr()`` of a list nested ~1,000 levels deep raises
+RecursionError; where the engine wrote a quantity, an annotation, a name or
+a label value into a message or compared it as text, a review carrying such
+a value got an "internal error" answer (or a 500 from the review's own
+checks). ``webhook.kube.value_text`` writes lists and maps without
+recursion, cut short.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import Webhook
+from tests.support import corpus_reviews, load_review
+from tests.test_cases import _load_cases, _policies
+from webhook import review
+from webhook.kube import value_text
+from webhook.policy import engine
+from webhook.policy.request import Request
+from webhook.view.snapshot import SnapshotView
+
+#: as deep as orjson reads a review (1,024 levels in all) with the value a dozen levels down
+DEPTH = 1000
+DEEP_LIST = "[" * DEPTH + "]" * DEPTH
+DEEP_MAP = '{"a":' * DEPTH + "1" + "}" * DEPTH
+
+
+
+@pytest.fixture(autouse=True)
+def _default_recursion_limit() -> Iterator[None]:
+    """Python's default limit, as `serve` runs: cel-python, which another test module loads, sets 2,500 for
+    the whole process, and under it str() of these values recurses without an error."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_a_value_reads_as_str_and_repr_do_up_to_its_cut(value: Any) -> None:
+    for ours, theirs in ((value_text.text(value), str(value)), (value_text.shown(value), repr(value))):
+        if not isinstance(value, (list, dict)) or len(theirs) <= value_text.MAX_CHARS:
+            assert ours == theirs
+        else:
+            assert ours == theirs[: value_text.MAX_CHARS] + "…"
+
+
+@pytest.mark.parametrize("deep", [DEEP_LIST, DEEP_MAP], ids=["list", "map"])
+def test_a_deep_value_reads_without_recursion(deep: str) -> None:
+    value = orjson.loads(deep)
+    with pytest.raises(RecursionError):
+        str(value)
+    assert value_text.text(value) == value_text.shown(value) == (
+        "[" * value_text.MAX_CHARS if deep == DEEP_LIST else ("{'a': " * 14)[: value_text.MAX_CHARS]) + "…"
+
+
+def _paths(node: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    if path:
+        yield path
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield from _paths(value, (*path, key))
+
+
+def _with(obj: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    node: Any = changed
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(("suite", "case"), [p.values for p in _load_cases()], ids=[p.id for p in _load_cases()])
+def test_every_field_of_every_golden_case_may_hold_a_deep_value(suite: dict[str, Any], case: dict[str, Any]) -> None:
+    """Each field of the case's object in turn replaced by a deep list, then a deep map: both phases
+    evaluate (every rule of the case's policies reads what it reads) and answer."""
+    policies = _policies(suite, case)
+    view = SnapshotView.from_objects(case.get("cluster", suite.get("cluster", [])), known=case.get("known", ()))
+    deep = [orjson.loads(DEEP_LIST), orjson.loads(DEEP_MAP)]
+    for path in _paths(case["object"]):
+        for value in deep:
+            obj = _with(case["object"], path, value)
+            request = Request.for_object(obj, operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
+            for phase in ("mutate", "validate"):
+                decision = engine.evaluate(policies, request, view, phase)
+                answer = review.build_response(review.Review("admission.k8s.io/v1", "u", request), decision, mutating=phase == "mutate")
+                assert len(review.encode(answer)) < 64_000, path
+
+
+def _review(path: tuple[str | int, ...], deep: str) -> bytes:
+    """The corpus's GPU pod (validate, CREATE), the field at ``path`` of its object holding ``deep``."""
+    sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
+    obj = sent["request"]["object"]
+    obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    obj["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]
+    return json.dumps(_with(sent, ("request", "object", *path), "@deep@")).replace('"@deep@"', deep).encode()
+
+
+@pytest.mark.parametrize("deep", [DEEP_LIST, DEEP_MAP], ids=["list", "map"])
+@pytest.mark.parametrize(("path", "found"), [
+    (("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"), "nvidia.com/gpu: {} is not a valid quantity"),
+    (("spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"), "nvidia.com/gpu: {} is not a valid quantity"),
+    (("metadata", "annotations", "gpu-admission.io/cuda-version"), "annotation gpu-admission.io/cuda-version"),
+    (("spec", "containers", 0, "image"), "its image is not a valid image reference"),
+    (("spec", "containers", 0, "env", 0, "value"), ""),
+    (("metadata", "labels", "gpu-admission.io/workload-class"), ""),
+    (("metadata", "generateName"), ""),
+], ids=["gpu-limit", "gpu-request", "cuda-annotation", "image", "env-value", "label", "generate-name"])
+async def test_the_server_judges_a_deep_value_as_the_malformed_value_it_is(
+    webhook: Webhook, path: tuple[str | int, ...], found: str, deep: str,
+) -> None:
+    body = _review(path, deep)
+    start = value_text.shown(orjson.loads(deep))
+    for endpoint in ("/mutate", "/validate"):
+        async with await webhook.post(endpoint, body) as resp:
+            assert resp.status == 200
+            response = (await resp.json())["response"]
+        said = json.dumps(response)
+        assert "internal error" not in said, said
+        if endpoint == "/validate" and found:
+            message = response["status"]["message"] if not response["allowed"] else " ".join(response.get("warnings", []))
+            assert found.format(start) in message, message
+            assert len(message) < 2000
+
+
+@pytest.mark.parametrize("field", ["apiVersion", "kind"])
+async def test_a_deep_value_in_the_review_itself_is_a_400_naming_the_field(webhook: Webhook, field: str) -> None:
+    sent = load_review(corpus_reviews()[0])
+    body = json.dumps({**sent, field: "@deep@"}).replace('"@deep@"', DEEP_LIST)
+    async with await webhook.post("/validate", body) as resp:
+        assert resp.status == 400
+        message = (await resp.json())["message"]
+    assert message.startswith(f"{field} must be ") and message.endswith(", got " + value_text.shown(orjson.loads(DEEP_LIST)))

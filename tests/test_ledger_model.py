@@ -1,0 +1,284 @@
+"""A model test of the GPU quota ledger: random interleavings of charges, conflicts, releases and recounts.
+
+The real :class:`~webhook.cluster.ledger.Ledger` and
+:class:`~webhook.cluster.ledger_upkeep.Upkeep` of several replicas run
+against :class:`ModelApi`, an in-memory API server holding exactly what the
+ledger relies on of kube-apiserver (objects with a resourceVersion, replaces
+refused with 409 when their precondition is stale, 404 for what does not
+exist; the e2e suite shows the real one does the same). Every
+request the ledgers send waits until hypothesis picks it, so the order in
+which the replicas' reads and writes reach the "API server" is hypothesis's
+choice; so are which replica sees which ledger version (the watch), which
+admitted pods are stored and which never appear, which finish, and when a
+sweep or a recount runs.
+
+Properties: at every step the GPUs of the pods admitted and stored and not
+finished stay within the cap (no interleaving overshoots), and once every
+request has been answered, the window has passed and a recount has run, the
+ledger holds exactly the pods that hold GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from webhook.cluster import ledger_object
+from webhook.cluster.ledger import Ledger
+from webhook.cluster.ledger_metrics import LedgerMetrics
+from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
+from webhook.cluster.ledger_upkeep import Upkeep
+from webhook.cluster.session import ApiError
+from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
+from webhook.view.protocol import KNOWN, Availability
+
+CAP = 4
+NAMESPACE = "gpu-admission"
+KEY = LedgerKey("team", "vision", "team", "nvidia.com/gpu.product")
+WINDOW = 60.0
+
+
+@dataclass
+class _Pending:
+    method: str
+    path: str
+    body: Any
+    future: asyncio.Future[dict[str, Any]]
+
+
+@dataclass
+class ModelApi:
+    """The API server as the ledger uses it, each request answered when the test says so."""
+
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pending: list[_Pending] = field(default_factory=list)
+    version: int = 0
+
+    async def request(self, method: str, path: str, body: Any = None, *, timeout: float,
+                      content_type: str = "application/json") -> dict[str, Any]:
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending.append(_Pending(method, path, copy.deepcopy(body), future))
+        return await future
+
+    def answer(self, index: int) -> None:
+        """Answer one waiting request, now, atomically."""
+        request = self.pending.pop(index)
+        try:
+            request.future.set_result(self._apply(request.method, request.path, request.body))
+        except ApiError as exc:
+            request.future.set_exception(exc)
+
+    def _apply(self, method: str, path: str, body: Any) -> dict[str, Any]:
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["api", "v1"]:  # GET a pod
+            found = self.pods.get((parts[3], parts[5]))
+            if found is None:
+                raise ApiError(404, "pod not found")
+            return copy.deepcopy(found)
+        name = parts[-1] if parts[-1] != ledger_object.PLURAL else ""
+        if method == "POST":
+            name = body["metadata"]["name"]
+            if name in self.objects:
+                raise ApiError(409, "already exists")
+            return self._store(name, body)
+        current = self.objects.get(name)
+        if current is None:
+            raise ApiError(404, "not found")
+        if method == "GET":
+            return copy.deepcopy(current)
+        assert method == "PUT", method
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "the object has been modified")
+        changed = copy.deepcopy(body)  # (a replace: the object sent, its metadata kept by the server)
+        changed["metadata"] = copy.deepcopy(current["metadata"])
+        if changed == current:
+            return copy.deepcopy(current)
+        return self._store(name, changed)
+
+    def _store(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[name] = stored
+        return copy.deepcopy(stored)
+
+    def charged(self) -> dict[str, Any]:
+        """What the ledger holds, both its parts read."""
+        return dict(ledger_object.effective(list(self.objects.values())).get(KEY, {}))
+
+
+class _Store(LedgerStore):
+    def pause(self, attempt: int) -> float:
+        return 0.0  # (hypothesis orders the requests; a real pause would only slow the test)
+
+
+@dataclass
+class ModelIndex:
+    """What a replica's cluster view shows: the stored pods."""
+
+    api: ModelApi
+
+    def availability(self, resource: str) -> Availability:
+        return KNOWN
+
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.api.pods.get((namespace, name))
+
+
+class _Upkeep(Upkeep):
+    async def seed(self, key: LedgerKey) -> Mapping[str, Holding]:
+        return {p["metadata"]["uid"]: _holding(p["metadata"]["name"]) for p in self.index.api.pods.values()  # type: ignore[attr-defined]
+                if p["status"]["phase"] == "Running"}
+
+    def _view_known(self) -> bool:
+        return True
+
+
+def _holding(name: str) -> Holding:
+    return Holding("ml-a", name, "", None, (("nvidia.com/gpu", Decimal(1)),))
+
+
+def _charge(name: str) -> Charge:
+    check = CapCheck("caps", f"Pod ml-a/{name}", "/spec/containers", "nvidia.com/gpu", "*", (), CAP, True)
+    return Charge(KEY, f"uid-{name}", _holding(name), (check,))
+
+
+@dataclass
+class World:
+    """The replicas, the API server, the clock, and what became of each pod."""
+
+    api: ModelApi
+    ledgers: list[Ledger]
+    upkeeps: list[Upkeep]
+    clock: list[float]
+    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    admitted: set[str] = field(default_factory=set)  # allowed by a replica
+    refused: set[str] = field(default_factory=set)
+
+    def holding(self) -> set[str]:
+        """The uids of the pods admitted, stored, not finished: what holds GPUs."""
+        return {p["metadata"]["uid"] for p in self.api.pods.values() if p["status"]["phase"] == "Running"}
+
+
+async def _quiet() -> None:
+    """Let every task run until each waits on a request (or is done)."""
+    for _ in range(30):
+        await asyncio.sleep(0)
+
+
+ACTIONS = st.lists(st.tuples(
+    st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "sweep", "recount", "settle"]),
+    st.integers(0, 1000), st.booleans()), min_size=30, max_size=90)
+
+
+async def _play(actions: list[tuple[str, int, bool]], replicas: int) -> None:
+    api = ModelApi()
+    clock = [1000.0]
+    ledgers: list[Ledger] = []
+    upkeeps: list[Upkeep] = []
+    for _ in range(replicas):
+        store = _Store(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6),  # type: ignore[arg-type]
+                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: clock[0], rng=random.Random(0))
+        replica = Ledger(store)
+        upkeep = _Upkeep(replica, ModelIndex(api), lambda: None)  # type: ignore[arg-type, return-value]
+        store.seeder = upkeep.seed
+        ledgers.append(replica)
+        upkeeps.append(upkeep)
+    world = World(api, ledgers, upkeeps, clock)
+    names = iter(f"p{i}" for i in range(1000))
+    stores: dict[str, bool] = {}
+
+    for action, pick, flag in actions:
+        if action == "admit":
+            name = next(names)
+            stores[name] = flag or pick % 4 != 0  # most admitted pods are stored; some never appear
+            world.tasks[name] = asyncio.ensure_future(ledgers[pick % replicas].settle([_charge(name)], False))
+        elif action == "answer" and api.pending:
+            api.answer(pick % len(api.pending))
+        elif action == "watch" and api.objects:  # a replica's watch delivers the ledger as it is now
+            for obj in api.objects.values():
+                ledgers[pick % replicas].store.known(copy.deepcopy(obj))
+        elif action == "settle":  # a replica moves what its view shows stored to the settled part
+            mover = upkeeps[pick % replicas]
+            world.tasks[f"settle-{len(world.tasks)}"] = asyncio.ensure_future(mover.ledger.store.settle(KEY, mover._stored))
+        elif action == "finish":
+            running = sorted(k for k, p in api.pods.items() if p["status"]["phase"] == "Running")
+            if running:
+                pod = api.pods[running[pick % len(running)]]
+                pod["status"]["phase"] = "Succeeded"
+                if flag:  # the watch saw it (else a sweep finds it)
+                    ledgers[pick % replicas].release_pods([pod["metadata"]["uid"]], "finished")
+        elif action == "sweep":
+            # the window outlasts any admission (its budget): it passes only while none is under way
+            admitting = any(not t.done() for n, t in world.tasks.items() if n.startswith("p"))
+            clock[0] += WINDOW + 1 if flag and not admitting else 1.0
+            world.tasks[f"sweep-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].sweep())
+        elif action == "recount":
+            world.tasks[f"recount-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].recount())
+        await _quiet()
+        _collect(world, stores)
+        assert len(world.holding()) <= CAP, (world.holding(), api.charged())
+
+    # the end: every request answered, every replica's watch current, the window past, a sweep and a recount
+    await _drain(world, stores)
+    for each in ledgers:
+        for obj in api.objects.values():
+            each.store.known(copy.deepcopy(obj))
+    clock[0] += WINDOW + 1
+    for step in (upkeeps[0].sweep(), upkeeps[0].ledger.store.settle(KEY, upkeeps[0]._stored), upkeeps[0].recount()):
+        task = asyncio.ensure_future(step)
+        while not task.done():
+            await _quiet()
+            while api.pending:
+                api.answer(0)
+                await _quiet()
+    await _drain(world, stores)
+    assert set(api.charged()) == world.holding()
+    assert len(world.holding()) <= CAP
+
+
+async def _drain(world: World, stores: dict[str, bool]) -> None:
+    for _ in range(10_000):
+        await _quiet()
+        _collect(world, stores)
+        if not world.api.pending and all(t.done() for t in world.tasks.values()):
+            return
+        if world.api.pending:
+            world.api.answer(0)
+    raise AssertionError("the ledgers never went quiet")
+
+
+def _collect(world: World, stores: dict[str, bool]) -> None:
+    """What the admissions that ended said: an allowed pod is stored (or, for some, never appears)."""
+    for name, task in world.tasks.items():
+        if not name.startswith("p") or not task.done() or name in world.admitted | world.refused:
+            continue
+        settlement = task.result()
+        if settlement.charged and not settlement.denials:
+            world.admitted.add(name)
+            if stores[name]:
+                world.api.pods[("ml-a", name)] = {"metadata": {"name": name, "namespace": "ml-a", "uid": f"uid-{name}"},
+                                                  "status": {"phase": "Running"}}
+        else:
+            assert settlement.denials and "uses 4 of 4" in settlement.denials[0].message, settlement
+            world.refused.add(name)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=ACTIONS, replicas=st.integers(1, 3))
+def test_no_interleaving_overshoots_a_cap_and_the_ledger_converges_to_the_pods_that_hold_gpus(
+    actions: list[tuple[str, int, bool]], replicas: int
+) -> None:
+    asyncio.run(_play(actions, replicas))

@@ -1,0 +1,42 @@
+"""How the GPU quota ledger runs: ``serve``'s ``--quota-*`` flags (docs/quota.md)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    #: where the GPUQuotaLedger objects live (the webhook's own namespace, which no webhook reaches)
+    namespace: str = "gpu-admission"
+    #: a charge whose pod the cluster view has not shown for this long is checked and released:
+    #: longer than a create request can take in kube-apiserver (its --request-timeout, 60 s by default)
+    window: float = 90.0
+    #: how often the ledgers are recounted from the pods of the cluster view (the quota controller's resync)
+    recount: float = 300.0
+    #: how long admission may spend on the ledger (below the validating webhook's timeoutSeconds, 5 s in deploy/)
+    budget: float = 3.0
+
+    @property
+    def sweep(self) -> float:
+        """How often charges are checked against the cluster view: a few times per window."""
+        return min(max(self.window / 4, 0.25), 15.0)
+
+
+def add_arguments(parser: argparse.ArgumentParser, seconds: Callable[[str], float]) -> None:
+    """``serve``'s flags; ``seconds`` parses a positive number of seconds (the CLI's own type)."""
+    defaults = LedgerSettings()
+    parser.add_argument("--quota-namespace", default=defaults.namespace,
+                        help="namespace of the GPUQuotaLedger objects (default: %(default)s)")
+    parser.add_argument("--quota-window", type=seconds, default=defaults.window,
+                        help="seconds a charge waits for its pod before it is released (default: %(default)s)")
+    parser.add_argument("--quota-recount", type=seconds, default=defaults.recount,
+                        help="seconds between recounts of the ledgers from the cluster's pods (default: %(default)s)")
+    parser.add_argument("--quota-budget", type=seconds, default=defaults.budget,
+                        help="seconds admission may spend charging the ledger (default: %(default)s)")
+
+
+def settings(args: argparse.Namespace) -> LedgerSettings:
+    return LedgerSettings(args.quota_namespace, args.quota_window, args.quota_recount, args.quota_budget)

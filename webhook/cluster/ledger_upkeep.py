@@ -1,0 +1,355 @@
+"""Keeping the GPU quota ledger true: releases, the window, recounts; and the ledger as ``serve`` runs it.
+
+- A pod the cluster view sees finish or go (Succeeded, Failed, being
+  deleted, deleted) releases its charges at once (the index's pod watch).
+- A charge whose pod the view has not shown within the window
+  (``--quota-window``) is checked with a read of the pod, and released when
+  the pod does not exist (refused by a later admission plugin or webhook, a
+  failed etcd write, a client that gave up, a name generated again).
+- Every ``--quota-recount`` seconds, and when the index lists the pods again
+  or a namespace's labels change, each ledger is recounted from the view's
+  pods (``webhook.cluster.recount``): a pod holding GPUs without a charge is
+  charged, a charge the policies no longer make is removed.
+- Every replica watches the ledger objects, so each knows the others' charges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry
+
+from webhook.cluster import kinds, ledger_object, recount
+from webhook.cluster.index import ClusterIndex
+from webhook.cluster.ledger import Ledger
+from webhook.cluster.ledger_metrics import LedgerMetrics
+from webhook.cluster.ledger_object import Entry
+from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
+from webhook.cluster.session import ApiError, ApiSession
+from webhook.cluster.watch import ResourceWatch, WatchSettings
+from webhook.policy.charges import Holding, LedgerKey
+from webhook.policy.loader import PolicySet
+from webhook.view.aggregates import pod_key
+from webhook.view.protocol import Object
+
+log = logging.getLogger(__name__)
+
+KIND = kinds.Kind(ledger_object.PLURAL, ledger_object.KIND, ledger_object.API_VERSION, "CustomObjectsApi",
+                  "list_namespaced_custom_object")
+#: event-driven releases wait up to this long (at random), so that of the replicas that all saw the
+#: pod go, one usually writes and the others find the charge gone already
+RELEASE_SPREAD = 0.25
+#: the upkeep's beat (at most; a shorter sweep interval beats faster)
+TICK = 1.0
+#: a ledger is settled once its recent part holds this many charges of stored pods or released ones
+#: (more for a large ledger: _batch), or after this many seconds since it was last settled
+SETTLE_BATCH, SETTLE_AFTER = 32, 5.0
+
+
+class Upkeep:
+    """The background work that keeps one process's view of the ledgers, and the ledgers, true."""
+
+    def __init__(self, ledger: Ledger, index: ClusterIndex, policies: Callable[[], PolicySet]) -> None:
+        self.ledger, self.index, self._policies = ledger, index, policies
+        self._recount_due = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rng = random.Random()
+        self._settled_at: dict[LedgerKey, float] = {}
+
+    # ------------------------------------------------------------ what a new ledger starts with
+
+    async def seed(self, key: LedgerKey) -> Mapping[str, Holding]:
+        """The pods the view shows in the ledger's group, as they would be charged (off the event loop)."""
+        if not self._view_known():
+            return {}
+        names = recount.namespaces_of(key, self.index.namespaces())
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names)
+
+    def _view_known(self) -> bool:
+        return all(self.index.availability(r).known for r in ("pods", "namespaces"))
+
+    # ------------------------------------------------------------ the loops
+
+    async def run(self) -> None:
+        """Settle and sweep every few seconds, recount every ``recount`` seconds or when due, until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        settings = self.ledger.settings
+        now = self._loop.time()
+        next_sweep, next_recount = now + settings.sweep, now + settings.recount
+        while True:
+            # replicas tick out of step: fewer of them try to settle one ledger at the same moment
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._recount_due.wait(), min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2))
+            try:
+                await self.settle()
+                if self._loop.time() >= next_sweep:
+                    next_sweep = self._loop.time() + settings.sweep
+                    await self.sweep()
+                if self._recount_due.is_set() or self._loop.time() >= next_recount:
+                    self._recount_due.clear()
+                    next_recount = self._loop.time() + settings.recount
+                    await self.recount()
+            except Exception:  # noqa: BLE001 - the upkeep must outlive any one failure
+                log.exception("GPU quota ledger upkeep failed")
+
+    async def settle(self) -> None:
+        """Settle the ledgers whose recent part holds enough charges of pods seen stored (or released
+        charges), or has held some for a while: admission's writes stay small."""
+        if not self.index.availability("pods").known:
+            return
+        store, now = self.ledger.store, self.ledger.store.now()
+        for key in list(store.holdings()):
+            recent = store.recent(key)
+            if recent is None:
+                continue
+            ready = sum(1 for uid, entry in recent.charges.items() if self._stored(uid, entry))
+            due = ready + len(recent.released)
+            if not due:
+                continue
+            if due < _batch(store, key) and now - self._settled_at.get(key, 0.0) < SETTLE_AFTER:
+                continue
+            self._settled_at[key] = now
+            try:
+                await store.settle(key, self._stored)
+            except ApiError as exc:
+                log.warning("settling the GPU quota ledger of %s failed: %s", key.describe(), exc)
+
+    def _stored(self, uid: str, entry: Entry) -> bool:
+        """The view shows this very pod: its charge may be settled."""
+        pod = self.index.pod(entry.holding.namespace, entry.holding.name)
+        return pod is not None and recount.uid_of(pod) == uid
+
+    async def sweep(self) -> None:
+        """Release the charges of pods that finished, and of pods not seen within the window and not found."""
+        if not self.index.availability("pods").known:
+            return
+        ledger = self.ledger
+        now, window = ledger.store.now(), ledger.settings.window
+        finished: set[str] = set()
+        overdue: dict[str, Holding] = {}
+        in_flight = 0
+        for entries in ledger.store.holdings().values():
+            for uid, entry in entries.items():
+                pod = self.index.pod(entry.holding.namespace, entry.holding.name)
+                if pod is not None and recount.uid_of(pod) == uid:
+                    if not recount.live(pod):
+                        finished.add(uid)  # (its watch event released it, unless that write failed)
+                elif now - entry.at < window:
+                    in_flight += 1
+                else:
+                    overdue[uid] = entry.holding
+        ledger.metrics.in_flight.set(in_flight)
+        if finished:
+            ledger.release_pods(finished, "finished")
+        for uid, holding in overdue.items():
+            if not await self._exists(holding.namespace, holding.name, uid):
+                ledger.release_pods([uid], "unseen")
+
+    async def _exists(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the pod exists and holds its GPUs, read from the API server (the view may lag)."""
+        try:
+            pod = await self.ledger.store.session.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                                          timeout=5.0)
+        except ApiError as exc:
+            return exc.status != 404  # unknown: kept until the next sweep
+        return recount.uid_of(pod) == uid and recount.live(pod)
+
+    async def recount(self) -> None:
+        """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
+        if not self._view_known():
+            return
+        for key in list(self.ledger.store.holdings()):
+            try:
+                await self._recount(key)
+            except ApiError as exc:
+                log.warning("recounting the GPU quota ledger of %s failed: %s", key.describe(), exc)
+
+    async def _recount(self, key: LedgerKey, attempts: int = 3) -> None:
+        """One ledger, written against the version it was recounted from: a charge released meanwhile is
+        not put back (the write is refused, and the recount done again)."""
+        store = self.ledger.store
+        for attempt in range(attempts):
+            # the ledger first, then the view: a pod that goes after the view was read is released by a
+            # write the precondition below sees, and one that went before is not in the view
+            obj, recent = await store.current(key, True, 10.0)
+            settled = await store.settled(key, recent.generation, 10.0, fresh=True) if recent.generation else None
+            held = ledger_object.holdings(recent, settled)
+            expected = await self.seed(key)
+            now = store.now()
+            added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in held}
+            removed = {uid for uid, entry in held.items() if uid not in expected and self._seen_live(uid, entry)}
+            if not added and not removed:
+                return
+            charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
+            charges.update(added)
+            try:
+                await store.write(obj, charges, recent.released | removed)
+            except ApiError as exc:
+                if exc.status != 409 or attempt == attempts - 1:
+                    raise
+                continue
+            store.metrics.corrections.labels("added").inc(len(added))
+            store.metrics.corrections.labels("removed").inc(len(removed))
+            if removed:
+                store.metrics.releases.labels("recount").inc(len(removed))
+            log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
+                     key.describe(), len(added), len(removed))
+            return
+
+    def _seen_live(self, uid: str, entry: Entry) -> bool:
+        """The view holds this very pod, alive: a charge no policy makes any more (the others are the sweep's)."""
+        pod = self.index.pod(entry.holding.namespace, entry.holding.name)
+        return pod is not None and recount.uid_of(pod) == uid and recount.live(pod)
+
+    def recount_soon(self) -> None:
+        self._recount_due.set()
+
+    # ------------------------------------------------------------ from the watch threads
+
+    def on_loop(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run ``call`` on the event loop (from a watch thread); dropped once the loop is gone."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(call, *args)
+
+    def release_later(self, uids: list[str], reason: str) -> None:
+        """On the loop: release these pods' charges after a short random wait."""
+        delay = self._rng.uniform(0, RELEASE_SPREAD)
+        asyncio.get_running_loop().call_later(delay, self.ledger.release_pods, uids, reason)
+
+
+def _batch(store: LedgerStore, key: LedgerKey) -> int:
+    """How many charges to settle at once. Admission rewrites the recent part for every batch of
+    charges (its cost grows with the charges it holds: half a batch on average), and each settling
+    rewrites the settled part (its cost grows with the pods the ledger holds, N): both together are
+    least for a batch of about sqrt(2 N) (and a write's fixed cost), 32 at the least."""
+    settled = store.settled_size(key)
+    return max(SETTLE_BATCH, math.isqrt(2 * settled))
+
+
+class PodFollower:
+    """Told of every pod write of the index (in its watch thread): pods that go release their charges."""
+
+    def __init__(self, upkeep: Upkeep) -> None:
+        self._upkeep = upkeep
+        self._uids: dict[tuple[str, str], str] = {}  # (only the pods' watch thread calls it)
+
+    def put(self, pod: Object) -> None:
+        key, uid = pod_key(pod), recount.uid_of(pod)
+        old = self._uids.get(key)
+        self._uids[key] = uid
+        if old and old != uid:
+            self._released([old], "deleted")
+        if not recount.live(pod):
+            deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+            self._released([uid], "deleted" if deleting else "finished")
+
+    def discard(self, namespace: str, name: str) -> None:
+        uid = self._uids.pop((namespace, name), None)
+        if uid:
+            self._released([uid], "deleted")
+
+    def replace(self, objects: Iterable[Object]) -> None:
+        fresh = {pod_key(p): recount.uid_of(p) for p in objects}
+        gone = set(self._uids.values()) - set(fresh.values())
+        self._uids = fresh
+        self._released(sorted(u for u in gone if u), "deleted")
+        self._upkeep.on_loop(self._upkeep.recount_soon)
+
+    def _released(self, uids: list[str], reason: str) -> None:
+        if uids:
+            self._upkeep.on_loop(self._upkeep.release_later, uids, reason)
+
+
+class NamespaceFollower:
+    """A namespace whose labels change may move between teams: recount."""
+
+    def __init__(self, upkeep: Upkeep) -> None:
+        self._upkeep = upkeep
+        self._labels: dict[str, Any] = {}
+
+    def put(self, namespace: Object) -> None:
+        meta = namespace.get("metadata") or {}
+        name, labels = str(meta.get("name") or ""), meta.get("labels") or {}
+        if name in self._labels and self._labels[name] != labels:
+            self._upkeep.on_loop(self._upkeep.recount_soon)
+        self._labels[name] = labels
+
+    def discard(self, namespace: str, name: str) -> None:
+        self._labels.pop(name, None)
+
+    def replace(self, objects: Iterable[Object]) -> None:
+        self._labels = {str((o.get("metadata") or {}).get("name") or ""): (o.get("metadata") or {}).get("labels") or {}
+                        for o in objects}
+        self._upkeep.on_loop(self._upkeep.recount_soon)
+
+
+class LedgerFollower:
+    """Told of every ledger object the ledger watch writes (in its thread): the ledger learns of it."""
+
+    def __init__(self, upkeep: Upkeep) -> None:
+        self._upkeep = upkeep
+        self._names: set[str] = set()
+
+    def put(self, obj: Object) -> None:
+        self._names.add(str((obj.get("metadata") or {}).get("name") or ""))
+        self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
+
+    def discard(self, namespace: str, name: str) -> None:
+        self._names.discard(name)
+        self._upkeep.on_loop(self._upkeep.ledger.store.forget, name)
+
+    def replace(self, objects: Iterable[Object]) -> None:
+        listed = list(objects)
+        names = {str((o.get("metadata") or {}).get("name") or "") for o in listed}
+        for name in self._names - names:
+            self._upkeep.on_loop(self._upkeep.ledger.store.forget, name)
+        self._names = names
+        for obj in listed:
+            self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
+
+
+@contextlib.asynccontextmanager
+async def running(api_client: client.ApiClient, index: ClusterIndex, policies: Callable[[], PolicySet],
+                  settings: LedgerSettings, registry: CollectorRegistry) -> AsyncIterator[Ledger]:
+    """The ledger as ``serve`` runs it: its API session, the watch of the ledger objects, the upkeep.
+
+    Enter before the index starts (it follows the index's pods and namespaces)."""
+    metrics = LedgerMetrics(registry, settings.window)
+    session = ApiSession(api_client.configuration)
+    async with session.running():
+        ledger = Ledger(LedgerStore(session, settings, metrics))
+        upkeep = Upkeep(ledger, index, policies)
+        ledger.store.seeder = upkeep.seed
+        index.follow("pods", PodFollower(upkeep))
+        index.follow("namespaces", NamespaceFollower(upkeep))
+        custom = client.CustomObjectsApi(api_client)
+
+        def lister(**options: Any) -> Any:
+            return custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, settings.namespace,
+                                                        ledger_object.PLURAL, **options)
+
+        watch = ResourceWatch(KIND, lister, kinds.shaper(KIND, lambda _: True), WatchSettings(),
+                              clock=time.monotonic, rng=random.Random(), listener=LedgerFollower(upkeep))
+        task = asyncio.create_task(upkeep.run())
+        await asyncio.sleep(0)  # (the upkeep notes its loop before the watches deliver)
+        watch.start()
+        try:
+            yield ledger
+        finally:
+            watch.stop()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await ledger.stop()

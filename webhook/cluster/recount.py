@@ -1,0 +1,57 @@
+"""What a ledger should hold, counted from the pods of the cluster view (the quota controller's resync).
+
+Each live pod of the ledger's group (Pending or Running, not being deleted)
+is judged by the engine as the validating webhook judged it when it was
+created, with the policies in force now: the charges the engine states for
+it to this ledger are what it holds there. So a recount charges exactly what
+admission charges, and a pod admitted while the ledger could not be written
+(the API server unreachable, a rule failing open), or before its caps were
+enforced, is charged by the next recount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.policy import engine
+from webhook.policy.charges import Holding, LedgerKey
+from webhook.policy.loader import PolicySet
+from webhook.policy.request import Request
+from webhook.view.protocol import ClusterView, Object
+
+
+def live(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod holds its GPUs: not finished, not being deleted (as the quota rule counts usage)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+
+
+def uid_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def namespaces_of(key: LedgerKey, namespaces: Iterable[Object]) -> list[str]:
+    """The namespaces of a ledger's group."""
+    if key.scope == "namespace":
+        return [key.group]
+    found = []
+    for namespace in namespaces:
+        meta = namespace.get("metadata") or {}
+        if (meta.get("labels") or {}).get(key.team_label) == key.group:
+            found.append(str(meta.get("name") or ""))
+    return found
+
+
+def holdings(policies: PolicySet, view: ClusterView, key: LedgerKey, namespaces: Iterable[str]) -> dict[str, Holding]:
+    """Pod uid → what it holds in the ledger ``key``, for the live pods of ``namespaces`` in the view."""
+    found: dict[str, Holding] = {}
+    for namespace in namespaces:
+        for pod in view.pods(namespace):
+            if not live(pod) or not uid_of(pod):
+                continue
+            decision = engine.evaluate(policies, Request.for_object(pod), view, "validate")
+            for charge in decision.charges:
+                if charge.key == key:
+                    found[charge.uid] = charge.holding
+    return found

@@ -1,0 +1,43 @@
+"""Before a pod is allowed: its charges written to the GPU quota ledger, and the decision the ledger makes of it.
+
+The engine states what an allowed pod charges to the caps it enforces
+(``Decision.charges``); this is where the server charges them
+(``webhook.cluster.ledger``), on a dry run judges them only, and turns what
+the ledger says into the answer: a denial naming the cap and where the
+team's GPUs are, or, when the ledger cannot be reached within the budget,
+what each rule's ``clusterUnavailable`` says (fail-open: allowed, with a
+warning; fail-closed: denied). A pod refused after some of its charges were
+written gives them back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from webhook.cluster.ledger import Ledger
+from webhook.policy import charges
+from webhook.policy.decision import Decision
+from webhook.policy.request import Request
+
+log = logging.getLogger(__name__)
+
+
+async def settle(ledger: Ledger, request: Request, decision: Decision) -> Decision:
+    """``decision`` once its charges are settled (unchanged when it has none or denies already)."""
+    if not decision.charges or not decision.allowed:
+        return decision
+    settlement = await ledger.settle(decision.charges, request.dry_run)
+    findings = settlement.denials
+    if not findings and settlement.unavailable:
+        findings = charges.unavailable(decision.charges, settlement.unavailable)
+        closed = any(f.mode == "enforce" for f in findings)
+        ledger.metrics.unavailable.labels("fail-closed" if closed else "fail-open").inc()
+        log.warning("GPU quota ledger unavailable for %s: %s", request.subject, settlement.unavailable)
+    if not findings:
+        return decision
+    allowed = not any(f.mode == "enforce" for f in findings)
+    if not allowed and settlement.charged:
+        ledger.release(settlement.charged, "rolled-back")
+    warnings = tuple(f.text() for f in findings if f.mode == "warn")
+    return decision._replace(allowed=allowed, findings=decision.findings + findings,
+                             warnings=decision.warnings + warnings)
