@@ -68,6 +68,7 @@ MODULES = (
     "webhook.policy.rules.tolerations",
     "webhook.policy.rules.training_locality",
     "webhook.review",
+    "webhook.log_line",
 )
 
 
