@@ -3,8 +3,10 @@
 Every admission runs through these modules: compiled, an evaluation costs
 about half of its interpreted time (docs/performance.md). The rest (the
 pydantic settings, the cluster index, the server and CLI shells) stays
-interpreted; ``webhook/review.py`` (the AdmissionReview read and answered,
-~10,000 interpreted instructions per admission) is compiled with it. setup.py reads ``MODULES`` without importing the package, so
+interpreted, but for what every admission runs past the engine:
+``webhook/review.py`` (the review read and answered), ``webhook/log_line.py``
+(the line per admission) and ``webhook/server/metrics.py`` (the requests
+counted). setup.py reads ``MODULES`` without importing the package, so
 this file imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
@@ -69,6 +71,7 @@ MODULES = (
     "webhook.policy.rules.training_locality",
     "webhook.review",
     "webhook.log_line",
+    "webhook.server.metrics",
 )
 
 
