@@ -297,38 +297,3 @@ def test_a_record_that_cannot_be_formatted_is_a_line_saying_so(formatter: type[l
         os.close(read_end)
         os.close(write_end)
     assert line.count("\n") == 1 and "unformattable log record: TypeError: %d format" in line and "%d items" in line, line
-
-
-@pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])
-def test_a_line_made_by_the_writer_is_the_line_of_the_record_and_a_failure_a_line_saying_so(
-    formatter: type[logs.JsonFormatter] | type[logs.TextFormatter],
-) -> None:
-    # Output.fields leaves the line to the writer thread: the same line as the formatter makes of a
-    # record with those fields; one it cannot make becomes a line saying so, and the writer lives on
-    class Unprintable:
-        def __str__(self) -> str:
-            raise ValueError("no text")
-
-    read_end, write_end = os.pipe()
-    output = logs.Output(formatter(), write_end)
-    logger = logging.getLogger("webhook.test_writer")
-    fields = {"uid": "u-1", "verdict": "patch", "rules": ["gpu/shm", "gpu/securityContext"]}
-    try:
-        output.fields(logger, logging.INFO, "patch: added /dev/shm", fields)
-        output.fields(logger, logging.INFO, "patch: odd", {"uid": Unprintable()})
-        output.fields(logger, logging.INFO, "patch: after", {"uid": "u-3"})
-        assert output.lines.flush(5)
-        lines = os.read(read_end, 1 << 16).decode().splitlines()
-    finally:
-        output.close()
-        os.close(read_end)
-        os.close(write_end)
-    record = logging.makeLogRecord({"name": logger.name, "msg": "patch: added /dev/shm", "levelname": "INFO", **fields})
-    expected = output.formatter.line(record).decode().rstrip("\n")
-    # (the times differ by the few milliseconds between the two)
-    assert len(lines) == 3 and lines[0].split("patch: added")[1] == expected.split("patch: added")[1], (lines, expected)
-    if formatter is logs.JsonFormatter:  # (the JSON line's own fallback: its first keys, and which fields it left out)
-        assert json.loads(lines[1])["msg"] == "patch: odd" and json.loads(lines[1])["unlogged_fields"].startswith("ValueError:"), lines[1]
-    else:
-        assert "unformattable log line: ValueError: no text" in lines[1], lines[1]
-    assert "patch: after" in lines[2]

@@ -8,9 +8,7 @@ container runtime shim), the pipe fills (64 KiB on Linux) and the next
 until the reader comes back. Here a line is appended to a buffer in memory
 (under a lock, never waiting on I/O) and a writer thread empties the
 buffer into the file descriptor, a tenth of a second's lines at a time.
-A line may also come as what makes it (``add``): the writer makes it
-when it writes the batch, and it counts in the buffer at a bound of its
-size. When the buffer holds ``limit`` bytes not yet written, further lines are
+When the buffer holds ``limit`` bytes not yet written, further lines are
 dropped and counted (``dropped``, exported as
 ``gpu_admission_log_lines_dropped_total``), and once the output takes
 lines again one line says how many were dropped, where they would have
@@ -26,7 +24,6 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 #: bytes of lines waiting for the writer, at most: ~2,000 decision lines. The writer holds at
 #: most as much again (the batch it is writing), so memory stays within twice this
@@ -35,15 +32,6 @@ BUFFER_BYTES = 1 << 20
 #: A write per line cost the server more than the line itself: on a shared core every write is a
 #: switch to the writer thread and back, and wakes the reader on the other side of the pipe
 BATCH_SECONDS = 0.1
-
-
-#: a line made by the writer: ``make(*args)``
-Deferred = tuple[Callable[..., bytes], tuple[Any, ...]]
-
-
-def _made(line: Deferred) -> bytes:
-    make, args = line
-    return make(*args)
 
 
 class LogOutput:
@@ -60,7 +48,7 @@ class LogOutput:
         self.dropped = 0
         self._notice = notice
         self._lock = threading.Lock()
-        self._lines: list[bytes | Deferred] = []
+        self._lines: list[bytes] = []
         self._size = 0
         self._unreported = 0  # lines dropped since the last notice
         self._taken = self._written = 0  # lines the writer took from the buffer, and wrote: for flush
@@ -71,14 +59,7 @@ class LogOutput:
 
     def write(self, line: bytes) -> None:
         """Queue ``line`` for the writer, or count it dropped when the buffer is full."""
-        self.add(line, len(line))
-
-    def add(self, line: bytes | Deferred, size: int) -> None:
-        """Queue ``line``: bytes, or ``(make, args)`` for the writer to make the line with ``make(*args)``
-        (which must not raise) when it writes the batch; ``size``: its bytes, or a bound of them. A line
-        made there is made with the batch's code and data in the caches, not cold on the event loop
-        between two admissions; the CPU is the same process's either way."""
-        lock = self._lock
+        lock, size = self._lock, len(line)
         lock.acquire()  # (not `with`: its two calls are a third of this method)
         before = self._size
         if before + size > self.limit:
@@ -130,7 +111,7 @@ class LogOutput:
                 if not lines and not unreported:
                     break
                 if lines:
-                    self._send(b"".join([line if isinstance(line, bytes) else _made(line) for line in lines]), len(lines))
+                    self._send(b"".join(lines), len(lines))
                     self._written += len(lines)
                 if unreported:  # after the lines written before the drops, where the dropped ones were
                     self._send(self._notice(unreported), 1)

@@ -13,10 +13,7 @@ the line goes into a bounded buffer that a thread writes to stderr, so a
 stalled reader of stderr costs dropped (and counted) lines, never a stalled
 event loop. Making a line costs a few microseconds: orjson, no datetime
 object per line (the date and time part is made once a second), and for
-the one line per admission (``Output.fields``) no ``LogRecord`` either: its
-fields are handed to the writer thread, which makes the line with the rest
-of its batch (warm, where on the event loop it ran cold between two
-admissions).
+the one line per admission (``Output.fields``) no ``LogRecord`` either.
 """
 
 from __future__ import annotations
@@ -37,9 +34,6 @@ MAX_TRACEBACK_CHARS = 8000
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 FORMATS = ("auto", "json", "text")
 _STDERR = 2
-#: bytes a line of ``Output.fields`` counts in the log buffer besides its message: its time, level,
-#: logger and fields (the line per admission: ~300 with a namespace, a name and a rule or two)
-FIELDS_BYTES = 512
 #: seconds ``Output.close`` waits for a stalled output at exit before giving up its lines
 CLOSE_TIMEOUT = 2.0
 
@@ -150,20 +144,9 @@ class Output(logging.Handler):
 
     def fields(self, logger: logging.Logger, level: int, msg: str, fields: Mapping[str, Any]) -> None:
         """The line ``logger.log(level, msg, extra=fields)`` would write through this handler, without a
-        LogRecord (~3 µs of the logging machinery), made by the writer thread with the rest of its batch.
-        For the server's line per admission, where this handler is the only one (``configure`` installed
-        it); the caller checked ``logger.isEnabledFor(level)`` and changes neither ``fields`` nor what is
-        in it afterwards. Counted in the buffer as the message and ``FIELDS_BYTES``."""
-        args = (time.time(), _NAMES.get(level) or logging.getLevelName(level), logger.name, msg, fields)
-        self.lines.add((self._fields_line, args), min(len(msg), MAX_MESSAGE_CHARS + 40) + FIELDS_BYTES)
-
-    def _fields_line(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> bytes:
-        try:
-            return self.formatter.fields_line(created, level, logger, msg, fields)
-        except Exception as exc:  # (in the writer thread: a line saying so, never a dead writer)
-            return self.formatter.fields_line(
-                created, "ERROR", logger, f"unformattable log line: {type(exc).__name__}: {cut(str(exc), 200)}", {},
-            )
+        LogRecord (~3 µs of the logging machinery). For the server's line per admission, where this handler
+        is the only one (``configure`` installed it); the caller checked ``logger.isEnabledFor(level)``."""
+        self.lines.write(self.formatter.fields_line(time.time(), _NAMES.get(level) or logging.getLevelName(level), logger.name, msg, fields))
 
     def flush(self) -> None:
         self.lines.flush(CLOSE_TIMEOUT)
