@@ -6,9 +6,11 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -183,3 +185,29 @@ def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) 
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def invalid_policies(folder: Path) -> Path:
+    """The shipped policies copied to ``folder`` with one field made invalid: gpu-defaults.yaml's first ``mode``."""
+    shutil.copytree(POLICIES, folder)
+    shipped = folder / "gpu-defaults.yaml"
+    shipped.write_text(shipped.read_text().replace("mode: enforce", "mode: sometimes", 1))
+    return folder
+
+
+def break_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the engine: the one thing no real input may cause, so it is simulated."""
+    from webhook.policy import engine
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(engine, "evaluate", broken)
+
+
+def assert_crashed(command: Callable[..., tuple[int, str, str]]) -> None:
+    """``command(*extra_args)`` (exit code, stdout, stderr) ends on an engine broken by ``break_the_engine``
+    as a CLI command must: exit 3 and one line, and with ``--debug`` the traceback before it."""
+    assert command() == (3, "", "error: unexpected RuntimeError: a bug (--debug for the traceback)\n")
+    code, _, err = command("--debug")
+    assert code == 3 and "Traceback (most recent call last)" in err and err.endswith("error: unexpected RuntimeError: a bug\n")
