@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import shutil
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import StartWebhook
-from tests.support import POLICIES, corpus_reviews, load_review
+from tests.support import POLICIES, corpus_reviews, file_reads, load_review
 from webhook import cli
 from webhook.errors import PolicyError
 from webhook.policy import loader, offload
@@ -124,34 +121,6 @@ def test_files_not_read_as_policies_are_named(
     assert "  not read (only .yaml and .yml files are): extra-policy" in capsys.readouterr().out.splitlines()
 
 
-#: (path, thread) of each file opened for reading and each folder listed below the watched folders
-_reads: list[tuple[str, int]] | None = None
-_watched: tuple[str, ...] = ()
-
-
-def _record(event: str, args: tuple[object, ...]) -> None:
-    """An audit hook (PEP 578): Python itself reports every open() and folder listing, on the thread doing it."""
-    if _reads is None or event not in ("open", "os.scandir", "os.listdir") or not args:
-        return
-    path, mode = str(args[0]), args[1] if event == "open" and len(args) > 1 else "r"
-    if path.startswith(_watched) and not (isinstance(mode, str) and any(c in mode for c in "wax+")):
-        _reads.append((path, threading.get_ident()))
-
-
-@contextlib.contextmanager
-def _file_reads(*folders: Path) -> Iterator[list[tuple[str, int]]]:
-    """The reads below ``folders`` while inside (an audit hook cannot be removed: it is installed once and idles after)."""
-    global _reads, _watched
-    if not getattr(sys, "_gpu_admission_read_hook", False):
-        sys.addaudithook(_record)
-        sys._gpu_admission_read_hook = True  # type: ignore[attr-defined]
-    _reads, _watched = [], tuple(str(f) for f in folders)
-    try:
-        yield _reads
-    finally:
-        _reads = None
-
-
 async def test_a_reload_reads_the_files_off_the_event_loop(
     start_webhook: StartWebhook, policy_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -163,7 +132,7 @@ async def test_a_reload_reads_the_files_off_the_event_loop(
     store, loop_thread = hook.app[keys.STORE], threading.get_ident()
     before, target = store.current, policy_dir / "gpu-validations.yaml"
     edited = target.read_text() + "# edited\n"
-    with caplog.at_level(logging.INFO, logger="webhook"), _file_reads(policy_dir, compiled) as reads:
+    with caplog.at_level(logging.INFO, logger="webhook"), file_reads(policy_dir, compiled) as reads:
         await asyncio.to_thread(target.write_text, edited)  # (not on the loop either: only the server's reads count)
         for _ in range(500):
             if store.current is not before:
