@@ -149,12 +149,14 @@ async def _reload_policies(app: web.Application) -> None:
 async def _reload_tls(app: web.Application, tls: ReloadingTLS) -> None:
     metrics = app[keys.METRICS]
     try:
-        changed = tls.reload_if_changed()
+        # the stat, read, check and the new context's build in a worker thread (a slow volume or
+        # OpenSSL's parse is no handshake's wait); the swap after it on the loop. One at a time (_watch).
+        rotation = await asyncio.to_thread(tls.read_change)
     except CertificateError as exc:
         log.error("new certificate not loaded, keeping the one in force: %s", exc)
         metrics.tls_reloads.labels("error").inc()
         return
-    if changed:
+    if rotation is not None and tls.use(rotation):
         metrics.tls_reloads.labels("success").inc()
         _export_cert_expiry(app, tls)
 
