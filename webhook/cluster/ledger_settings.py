@@ -22,7 +22,7 @@ class LedgerSettings:
     #: only when at least ``reserve_min`` fit in a ``reserve_share``-th of the room a cap leaves
     #: (so only far from a cap); 0: none, every pod's charge is written before its answer
     reserve_max: int = 64
-    reserve_min: int = 16
+    reserve_min: int = 8
     reserve_share: int = 4
     #: seconds a reservation admits pods (then returned and granted anew): well inside the window
     reserve_life: float = 10.0
