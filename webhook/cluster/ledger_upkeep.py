@@ -244,12 +244,13 @@ class Upkeep:
 
 
 def _batch(store: LedgerStore, key: LedgerKey) -> int:
-    """How many charges to settle at once. Admission rewrites the recent part for every batch of
-    charges (its cost grows with the charges it holds: half a batch on average), and each settling
-    rewrites the settled part (its cost grows with the pods the ledger holds, N): both together are
-    least for a batch of about sqrt(2 N) (and a write's fixed cost), 32 at the least."""
+    """How many charges to settle at once. Every write of the recent part rewrites what it holds (half a
+    batch on average), and each settling rewrites the settled part (its cost grows with the pods the
+    ledger holds, N). Per charge, with w charges added by a write of the recent part (one per pod when
+    each pod's charge is written before its answer; dozens when pods are admitted against reservations
+    and recorded in batches), both together are least for a batch of about sqrt(2 N w): 32 at the least."""
     settled = store.settled_size(key)
-    return max(SETTLE_BATCH, math.isqrt(2 * settled))
+    return max(SETTLE_BATCH, math.isqrt(int(2 * settled * max(store.per_write(key), 1.0))))
 
 
 class PodFollower:
