@@ -12,7 +12,7 @@ from __future__ import annotations
 from tests.e2e.admission import QUOTA_WINDOW, Admission
 from tests.e2e.conftest import Burst
 from tests.e2e.fixtures import BURST_LABEL, RESERVE_CAP, RESERVE_LABEL, charged, gpu_container, ledgers, pod
-from tests.e2e.kube import Kube, eventually
+from tests.e2e.kube import Kube, Object, eventually
 from tests.e2e.test_quota_burst import DENIED, create_at_once, stored
 from webhook.cluster import ledger_object, reservation
 
@@ -30,6 +30,13 @@ def _reservations(admin: Kube) -> list[str]:
             if reservation.is_reservation(uid)]
 
 
+def _recorded(admin: Kube, namespace: str, made: list[Object]) -> None:
+    """The pods' charges recorded, and the room reserved and not used gone back: the ledger holds the pods."""
+    uids = {p["metadata"]["uid"] for p in made}
+    eventually(lambda: set(charged(admin, namespace)) == uids and not _reservations(admin), timeout=QUOTA_WINDOW + 10,
+               what="the reserved pods recorded, and the reservations gone")
+
+
 def test_a_burst_far_from_the_cap_is_admitted_against_reservations_and_still_fills_the_cap_exactly(
     admin: Kube, admission: Admission, burst: Burst
 ) -> None:
@@ -44,10 +51,7 @@ def test_a_burst_far_from_the_cap_is_admitted_against_reservations_and_still_fil
         assert DENIED in message and f"uses {RESERVE_CAP} of {RESERVE_CAP}" in message, message
     # some were admitted with no write of their own
     assert _reserved(admission) - before >= 3
-    # their charges were recorded, and the room reserved and not used went back: the ledger holds the pods
-    uids = {p["metadata"]["uid"] for p in made}
-    eventually(lambda: set(charged(admin, namespace)) == uids and not _reservations(admin), timeout=QUOTA_WINDOW + 10,
-               what="the reserved pods recorded, and the reservations gone")
+    _recorded(admin, namespace, made)
 
 
 def test_pods_admitted_one_after_another_against_a_reservation_are_recorded(
@@ -57,6 +61,4 @@ def test_pods_admitted_one_after_another_against_a_reservation_are_recorded(
     before = _reserved(admission)
     made = [admin.create(pod(f"p{i}", namespace, gpu_container())) for i in range(6)]
     assert _reserved(admission) - before >= 1
-    uids = {p["metadata"]["uid"] for p in made}
-    eventually(lambda: set(charged(admin, namespace)) == uids and not _reservations(admin), timeout=QUOTA_WINDOW + 10,
-               what="the reserved pods recorded, and the reservations gone")
+    _recorded(admin, namespace, made)
