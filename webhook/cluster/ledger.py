@@ -112,9 +112,8 @@ class Ledger:
             for key in self.store.ledgers_of(uid):
                 self._writer(key).release(uid, reason)
             for writer in self._writers.values():
-                if writer.reserved.drop(uid):  # admitted against a reservation, not recorded yet
-                    self.metrics.releases.labels(reason).inc()
-                    writer.kick()
+                if uid in writer.reserved.unrecorded:  # admitted against a reservation, not recorded yet
+                    writer.release(uid, reason)
 
     def _writer(self, key: LedgerKey) -> _Writer:
         writer = self._writers.get(key)
@@ -168,10 +167,13 @@ class _Writer:
             return _Verdict(unavailable=_late(self.ledger.settings.budget, self.failing))
 
     def release(self, uid: str, reason: str) -> None:
+        writing = self.task is not None and not self.task.done()
         if self.reserved.drop(uid):
             self.ledger.metrics.releases.labels(reason).inc()
-        else:
-            self.releases[uid] = reason
+            if not writing:
+                return  # never recorded: its GPUs go back with the next write, which sets what is left
+        # (a write under way may be recording it: released after it, if it did)
+        self.releases[uid] = reason
         self.kick()
 
     def kick(self) -> None:
