@@ -27,7 +27,7 @@ class LedgerSettings:
     #: seconds a reservation admits pods (then returned and granted anew): well inside the window
     reserve_life: float = 10.0
     #: seconds between the writes that record the charges of pods admitted against reservations
-    record_every: float = 0.2
+    record_every: float = 0.5
 
     @property
     def life(self) -> float:
