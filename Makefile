@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions soak registry-tools kubectl
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -129,6 +129,11 @@ bench-quota: compiled
 bench-instructions: compiled
 	command -v valgrind >/dev/null || (apt-get update -qq && apt-get install -y -qq valgrind)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/instructions.py
+
+# pod creation through a real kube-apiserver (1.36.2): no admission, the compiled policies alone,
+# deploy/compiled (compiled + slimmed webhooks), deploy/ (webhooks alone); p50 and p99, same run
+bench-cel: $(STAMP)
+	$(BIN)/python bench/cel.py
 
 # ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
 soak: $(STAMP)

@@ -31,7 +31,9 @@ def _projection(node: Mapping[str, Any]) -> tuple[Any, ...]:
     """What the filter and the node rules read of a node, less its name and per-node labels."""
     labels = sorted((repr(k), repr(v)) for k, v in scheduling.node_labels(node).items()
                     if k not in nodegroups.PER_NODE_LABELS)
-    taints = sorted(repr(sorted(t.items(), key=repr)) for t in nodegroups.blocking_taints(node))
+    # a set: a taint written twice keeps off the pods it keeps off once (kube-apiserver refuses the
+    # duplicate on a real node; a hand-written snapshot may hold one), and node groups count it once
+    taints = sorted({repr(sorted(t.items(), key=repr)) for t in nodegroups.blocking_taints(node)})
     status = node.get("status")
     allocatable = status.get("allocatable") if isinstance(status, Mapping) else {}
     extended = sorted((k, repr(v)) for k, v in (allocatable or {}).items() if nodegroups.is_extended(k))

@@ -130,7 +130,10 @@ def _check_gpu_admission(argv: list[str]) -> None:
     offline = args.command in ("audit", "policies") and not getattr(args, "cluster", False)
     paths = [*getattr(args, "paths", []), *map(str, getattr(args, "cluster_state", None) or [])]
     if args.command == "policies":
-        paths = [str(args.directory)]
+        writes = getattr(args, "output", None) is not None and not getattr(args, "check", False)
+        if writes:  # `compile -o DIR` writes into the repository: parsing it is the check
+            return
+        paths = [str(getattr(args, "directory", None) or args.policies)]
     if not offline or not paths or "-" in paths or not all(map(_existing, paths)):
         return
     done = subprocess.run([sys.executable, "-m", "webhook", *argv], cwd=REPO, capture_output=True, text=True, timeout=300)

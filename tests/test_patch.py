@@ -114,12 +114,14 @@ def test_writes_below_an_owned_map_record_what_walks_from_the_root_do(doc: dict[
     walked, anchored = PatchBuilder(doc), PatchBuilder(doc)
     for op, path, value in steps:
         parent_path, key = path[:-1], path[-1]
-        if not isinstance(walked.get(parent_path), dict) or op not in ("set", "append"):
-            continue  # put/append_to write below an existing map
+        if not isinstance(walked.get(parent_path), dict) or op not in ("set", "append", "remove"):
+            continue  # put/append_to/drop write below an existing map
         parent = _anchored(anchored, parent_path)
         assert isinstance(parent, dict)
         if op == "set":
             assert anchored.put(parent, pointer(parent_path), key, value) == walked.set(path, value)
+        elif op == "remove":
+            assert anchored.drop(parent, pointer(parent_path), key) == walked.remove(path)
         else:
             anchored.append_to(parent, pointer(parent_path), key, value)
             walked.append(path, value)
@@ -177,18 +179,58 @@ def test_in_place_writes_below_an_owned_map_record_what_copying_ones_do(doc: dic
     copying, in_place = PatchBuilder(doc), PatchBuilder(copy.deepcopy(doc), in_place=True)
     for op, path, value in steps:
         parent_path, key = path[:-1], path[-1]
-        if not isinstance(copying.get(parent_path), dict) or op not in ("set", "append"):
+        if not isinstance(copying.get(parent_path), dict) or op not in ("set", "append", "remove"):
             continue
         for b in (copying, in_place):
             parent = _anchored(b, parent_path)
             if op == "set":
                 b.put(parent, pointer(parent_path), key, value)
+            elif op == "remove":
+                b.drop(parent, pointer(parent_path), key)
             else:
                 b.append_to(parent, pointer(parent_path), key, value)
     assert doc == original
     assert in_place.ops == copying.ops
     assert in_place.doc == copying.doc
     assert apply_patch(original, in_place.ops) == in_place.doc
+
+
+POD_AFFINITY_VALUES: st.SearchStrategy[Any] = st.sampled_from([
+    None, "x", [], {}, {"podAffinity": None}, {"podAffinity": "x"}, {"podAffinity": {}},
+    {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": "x"}},
+    {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"job": "other"}}, "topologyKey": "zone"}}]}},
+    {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"job": "a"}}, "topologyKey": "zone"}]}},
+    {"podAntiAffinity": {}, "nodeAffinity": {"x": 1}},
+])
+
+
+@settings(max_examples=200, deadline=None)
+@given(current=POD_AFFINITY_VALUES, absent=st.booleans(), required=st.booleans(), in_place=st.booleans())
+def test_pod_terms_written_below_the_spec_record_what_an_append_by_path_does(
+    current: Any, absent: bool, required: bool, in_place: bool
+) -> None:
+    """add_pod_term writes below the pod spec the builder owns: the same operations and document as
+    ``append`` of the term list's whole path (the missing or malformed part written whole), and nothing
+    when a term with the same selector and topology key is there."""
+    doc: dict[str, Any] = {"spec": {"containers": []} if absent else {"containers": [], "affinity": copy.deepcopy(current)}}
+    original = copy.deepcopy(doc)
+    b = PatchBuilder(copy.deepcopy(doc) if in_place else doc, in_place=in_place)
+    spec = b.owned(("spec",))
+    added = affinity.add_pod_term(b, spec, "/spec", affinity.POD_AFFINITY, required=required, weight=100,
+                                  selector={"job": "a"}, topology_key="zone")
+    term = {"labelSelector": {"matchLabels": {"job": "a"}}, "topologyKey": "zone"}
+    by_path = PatchBuilder(copy.deepcopy(original))
+    present = not absent and isinstance(current, dict) and isinstance(current.get("podAffinity"), dict) and term in (
+        current["podAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    if not present:
+        key = "requiredDuringSchedulingIgnoredDuringExecution" if required else "preferredDuringSchedulingIgnoredDuringExecution"
+        by_path.append(("spec", "affinity", "podAffinity", key), term if required else {"weight": 100, "podAffinityTerm": term})
+    assert added is not present
+    assert b.ops == by_path.ops
+    assert b.doc == by_path.doc
+    assert apply_patch(original, b.ops) == b.doc
 
 
 def test_in_place_writes_into_the_document_and_copies_what_an_operation_holds() -> None:

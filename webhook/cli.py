@@ -82,6 +82,8 @@ def _positive_seconds(text: str) -> float:
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the TLS admission server")
     p.add_argument("--policies", type=Path, default=Path("policies"))
+    p.add_argument("--compiled", type=Path, metavar="DIR",
+                   help="the output of `policies compile` installed in the cluster: skip the rule parts it runs")
     p.add_argument("--tls-cert", type=Path, help="default certs/tls.crt (generated when absent)")
     p.add_argument("--tls-key", type=Path, help="default certs/tls.key")
     p.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
@@ -191,6 +193,9 @@ def _policies_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     check = psub.add_parser("check", help="validate a policy directory; exit 2 on any problem")
     check.add_argument("directory", type=Path)
     check.set_defaults(func=_policies_check)
+    from webhook.cel import command as compile_command
+
+    compile_command.add_parser(psub)
 
 
 def _policies_check(args: argparse.Namespace) -> int:

@@ -169,15 +169,36 @@ def encode(payload: object) -> bytes:
 
 def limit_warnings(warnings: Any) -> list[str]:
     """Each warning within 256 characters, all of them within 4096, as kube-apiserver keeps them."""
+    if type(warnings) is tuple and len(warnings) == 1:  # (nearly every answer that warns: one line, within the total)
+        return [_normalized(warnings[0])]
     kept: list[str] = []
     total = 0
     for text in dict.fromkeys(warnings):
-        one = _shorten(" ".join(str(text).split()))
+        one = _normalized(text)
         if total + len(one) > MAX_WARNINGS_TOTAL:
             break
         kept.append(one)
         total += len(one)
     return kept
+
+
+def _normalized(text: object) -> str:
+    """One warning as kube-apiserver keeps it: single-spaced, within MAX_WARNING_CHARS. Remembered
+    per text, within a bound: the engine words the same few warnings over and over."""
+    if type(text) is str:
+        found = _NORMALIZED.get(text)
+        if found is not None:
+            return found
+    one = _shorten(" ".join(str(text).split()))
+    if type(text) is str and len(text) <= _NORMALIZED_CHARS and len(_NORMALIZED) < _NORMALIZED_SIZE:
+        _NORMALIZED[text] = one
+    return one
+
+
+#: warnings normalized so far (a pure function of the text), at most _NORMALIZED_SIZE of at most _NORMALIZED_CHARS
+_NORMALIZED: dict[str, str] = {}
+_NORMALIZED_SIZE = 1024
+_NORMALIZED_CHARS = 1024
 
 
 def _shorten(one: str) -> str:

@@ -320,7 +320,7 @@ _HAS = re.compile(r"has\(([A-Za-z_][\w.]*)\)")
 def _cel_sources() -> list[tuple[str, str]]:
     found = [(f"{h['name']}/{c['name']}", c["expression"])
              for h in WEBHOOKS for c in h["matchConditions"]]
-    policy = deploy_tree.one("ValidatingAdmissionPolicy")["spec"]
+    policy = deploy_tree.one("ValidatingAdmissionPolicy", "gpu-admission-label-guard")["spec"]
     found += [(f"label-guard/{v['name']}", v["expression"]) for v in policy["variables"]]
     found += [(f"label-guard/validation{i}", v["expression"])
               for i, v in enumerate(policy["validations"])]

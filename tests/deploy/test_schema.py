@@ -153,8 +153,13 @@ def test_there_is_something_to_check() -> None:
             "ServiceMonitor", "Certificate", "ValidatingAdmissionPolicy"} <= kinds
 
 
-@pytest.mark.parametrize("version", KUBE_VERSIONS)
-@pytest.mark.parametrize("doc", [d for d in DOCS if not _is_custom(d.body)], ids=lambda d: d.where)
+#: kinds the oldest schema does not have: deploy/compiled/ (Kubernetes 1.36 and later) ships them
+_NEWER = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+
+@pytest.mark.parametrize(("doc", "version"), [
+    (d, v) for d in DOCS if not _is_custom(d.body) for v in KUBE_VERSIONS if d.kind not in _NEWER or v == KUBE_VERSIONS[-1]
+], ids=lambda x: x.where if isinstance(x, Doc) else x)
 def test_builtin_kinds_match_the_openapi_schema(doc: Doc, version: str) -> None:
     try:
         kubernetes_validate.validate(doc.body, version, strict=True)

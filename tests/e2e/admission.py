@@ -62,9 +62,11 @@ class Admission:
     """The gpu-admission server, its certificates and its registration."""
 
     def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path, policies: Path,
-                 quota_window: float = QUOTA_WINDOW) -> None:
+                 quota_window: float = QUOTA_WINDOW, serve_args: tuple[str, ...] = ()) -> None:
         self.apiserver, self.admin, self.folder, self.policies = apiserver, admin, folder, policies
         self.quota_window = quota_window
+        #: more `serve` options (e.g. --compiled)
+        self.serve_args = serve_args
         folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.cert_dir = folder / "tls"  # what the Secret volume would be
@@ -83,7 +85,7 @@ class Admission:
             self.admin.ensure(doc)
         self.certs("install")
         self.project_secret()
-        self._server_kubeconfig()
+        self.server_kubeconfig()
 
     def _wait_established(self, name: str) -> None:
         """A CRD is served once kube-apiserver says so (Established)."""
@@ -123,7 +125,7 @@ class Admission:
         if old:
             shutil.rmtree(self.cert_dir / old, ignore_errors=True)
 
-    def _server_kubeconfig(self) -> None:
+    def server_kubeconfig(self) -> None:
         request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=86400))
         token = self.admin.core.create_namespaced_service_account_token(SERVICE_ACCOUNT, NAMESPACE, request)
         assert token.status is not None
@@ -161,7 +163,7 @@ class Admission:
             sys.executable, "-m", "webhook", "serve", "--policies", str(self.policies),
             "--tls-cert", str(self.cert_dir / "tls.crt"), "--tls-key", str(self.cert_dir / "tls.key"),
             "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5",
-            "--kubeconfig", str(self.folder / "server.kubeconfig"), "--quota-window", str(self.quota_window),
+            "--kubeconfig", str(self.folder / "server.kubeconfig"), "--quota-window", str(self.quota_window), *self.serve_args,
         ], self.folder / "gpu-admission.log", env=env)
         deadline = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:
@@ -187,12 +189,15 @@ class Admission:
 
     def view_count(self, resource: str) -> float:
         """How many objects of ``resource`` the server's cluster view holds (from /metrics)."""
+        return self.metric(f'gpu_admission_cluster_objects{{resource="{resource}"}}')
+
+    def metric(self, sample: str) -> float:
+        """A sample of /metrics, by its name and labels as exposed (-1 when absent)."""
         status, text = self.get("/metrics")
         assert status == 200, text
-        prefix = f'gpu_admission_cluster_objects{{resource="{resource}"}} '
         for line in text.splitlines():
-            if line.startswith(prefix):
-                return float(line[len(prefix):])
+            if line.startswith(sample + " "):
+                return float(line[len(sample) + 1:])
         return -1.0
 
     def log_tail(self, lines: int = 40) -> str:

@@ -43,6 +43,11 @@ ADMIN_TOKEN = "e2e-admin-token"
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     ADMIN_TOKEN: ("e2e-admin", ("system:masters",)),
     "e2e-namespace-editor-token": ("e2e-namespace-editor", ()),
+    # the two setups the compiled-policy equivalence test compares, side by side (test_compiled_equivalence.py)
+    "e2e-webhooks-token": ("e2e-webhooks", ("system:masters",)),
+    "e2e-compiled-token": ("e2e-compiled", ("system:masters",)),
+    # the compiled policies without any webhook (bench/cel.py)
+    "e2e-in-process-token": ("e2e-in-process", ("system:masters",)),
     "e2e-team-editor-token": ("e2e-team-editor", ()),
 }
 

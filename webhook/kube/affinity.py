@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.kube.patch import PatchBuilder, sublist, submap
+from webhook.kube.patch import PatchBuilder, slashed, sublist, submap
 from webhook.kube.value_text import text
 
 REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
@@ -168,7 +168,8 @@ POD_ANTI_AFFINITY = ("affinity", "podAntiAffinity")
 
 def add_pod_term(
     builder: PatchBuilder,
-    spec_path: Sequence[str | int],
+    spec: dict[str, Any],
+    spec_at: str,
     kind: tuple[str, str],
     *,
     required: bool,
@@ -176,24 +177,40 @@ def add_pod_term(
     selector: Mapping[str, str],
     topology_key: str,
 ) -> bool:
-    """Add a pod (anti-)affinity term selecting ``selector`` on ``topology_key``.
+    """Add a pod (anti-)affinity term selecting ``selector`` on ``topology_key`` to ``spec``, a pod spec
+    the builder owns whose JSON pointer is ``spec_at`` (written below it, as container writes are:
+    no path walked from the document's root).
 
     Nothing is added when a term with the same selector and topology key is
     there already, required or preferred: the user's own choice stands.
     """
-    base = (*spec_path, *kind)
     term = {"labelSelector": {"matchLabels": dict(selector)}, "topologyKey": topology_key}
-    required_terms = builder.get((*base, "requiredDuringSchedulingIgnoredDuringExecution"))
-    preferred_terms = builder.get((*base, "preferredDuringSchedulingIgnoredDuringExecution"))
-    existing: list[Any] = [t for t in _as_list(required_terms) if isinstance(t, dict)]
-    existing += [t.get("podAffinityTerm") for t in _as_list(preferred_terms) if isinstance(t, dict)]
-    if any(_same_pod_term(t, term) for t in existing if isinstance(t, dict)):
-        return False
-    if required:
-        builder.append((*base, "requiredDuringSchedulingIgnoredDuringExecution"), term)
-    else:
-        builder.append((*base, "preferredDuringSchedulingIgnoredDuringExecution"), {"weight": weight, "podAffinityTerm": term})
+    outer, inner = kind
+    affinity = spec.get(outer)
+    terms = affinity.get(inner) if type(affinity) is dict else None
+    if type(terms) is dict:
+        for t in _as_list(terms.get(_REQUIRED)):
+            if type(t) is dict and _same_pod_term(t, term):
+                return False
+        for t in _as_list(terms.get(_PREFERRED)):
+            have = t.get("podAffinityTerm") if type(t) is dict else None
+            if type(have) is dict and _same_pod_term(have, term):
+                return False
+    key, item = (_REQUIRED, term) if required else (_PREFERRED, {"weight": weight, "podAffinityTerm": term})
+    # what builder.append of the list's path does: the missing (or null, or not a map) part written whole
+    if type(affinity) is not dict:
+        builder.put(spec, spec_at, outer, {inner: {key: [item]}})
+        return True
+    at = spec_at + slashed(outer)
+    if type(terms) is not dict:
+        builder.put(builder.own(spec, outer), at, inner, {key: [item]})
+        return True
+    builder.append_to(builder.own(builder.own(spec, outer), inner), at + slashed(inner), key, item)
     return True
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 def _same_pod_term(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

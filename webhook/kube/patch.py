@@ -31,6 +31,7 @@ _MISSING: Final = object()
 #: copying a map of three keys costs about half of building one)
 _ADD: Final[dict[str, Any]] = {"op": "add", "path": "", "value": None}
 _REPLACE: Final[dict[str, Any]] = {"op": "replace", "path": "", "value": None}
+_REMOVE: Final[dict[str, Any]] = {"op": "remove", "path": ""}
 
 
 def pointer(path: Path) -> str:
@@ -277,6 +278,17 @@ class PatchBuilder:
             self._hold(value)
         op = (_ADD if current is _MISSING else _REPLACE).copy()
         op["path"], op["value"] = at + slashed(key), value
+        self.ops.append(op)
+        return True
+
+    def drop(self, parent: dict[str, Any], at: str, key: str) -> bool:
+        """``remove`` of ``key`` from a map ``parent`` this builder owns, whose JSON pointer is ``at``;
+        False when it was absent."""
+        if key not in parent:
+            return False
+        del parent[key]
+        op = _REMOVE.copy()
+        op["path"] = at + slashed(key)
         self.ops.append(op)
         return True
 

@@ -23,6 +23,7 @@ from webhook.policy.charges import merged as charges_merged
 from webhook.policy.context import Findings, RuleContext
 from webhook.policy.decision import ALLOW, Change, Decision
 from webhook.policy.loader import PolicySet
+from webhook.policy.offload import Offload
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
@@ -54,11 +55,13 @@ class _Rule:
     name: str
     phases: tuple[str, ...]
     run: Callable[[RuleContext, Any], None]
+    #: the parts compiled policies leave to the webhook (webhook.policy.offload), where some are compiled
+    rest: Callable[[RuleContext, Any], None] | None = None
 
 
 def _rule(name: str, module: ModuleType) -> _Rule:
-    """A rule family: the module holding its ``PHASES`` and ``run``, under its settings name."""
-    return _Rule(name, module.PHASES, module.run)
+    """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``), under its settings name."""
+    return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None))
 
 
 #: Every rule family, in the order they run within a policy.
@@ -197,7 +200,8 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
             dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple((rule.run, cfg, (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
+                rules=tuple((_step_run(policies.offload, rule, policy.metadata.name, (group, kind)), cfg,
+                             (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
                 dry=dry if any(dry) else None,
                 is_gpu=is_gpu,
                 narrower=narrower,
@@ -212,6 +216,13 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_P
             ))
         plans = policies.memo[key] = tuple(built)
     return plans
+
+
+def _step_run(offloaded: Offload | None, rule: _Rule, policy: str, kind: tuple[str, str]) -> Callable[[RuleContext, Any], None]:
+    """The function a plan runs for one rule: the rule itself, unless compiled policies run some of it."""
+    if offloaded is None:
+        return rule.run
+    return offloaded.run_for(rule.run, rule.rest, policy, rule.name, kind)
 
 
 def _lifted(policies: PolicySet, request: Request, obj: dict[str, Any]) -> match.Lifted:

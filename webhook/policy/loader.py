@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from webhook.kube import dra
 from webhook.kube.workload import BUILTIN_KINDS, KindPaths, kind_index
 from webhook.policy import schema, yaml_errors
 from webhook.policy.match import Classifier, kind_matches
+from webhook.policy.offload import Offload
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(schema.Document)
@@ -40,6 +41,9 @@ class PolicySet:
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     #: JSON pointers of the paths the rules write, shared by the patch builders
     pointers: dict[tuple[str | int, ...], str] = field(default_factory=dict, compare=False, repr=False)
+    #: the rule parts compiled policies run in kube-apiserver, which the engine leaves to them
+    #: (``serve --compiled``; None: the engine runs every rule whole)
+    offload: Offload | None = field(default=None, compare=False)
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -95,6 +99,11 @@ class PolicySet:
     def looks_beyond_gpu_pods(self) -> bool:
         """True when an active policy also applies to pods without GPUs."""
         return any(not p.spec.match.gpuOnly and p.spec.rules.active() for p in self.policies)
+
+
+def offloaded(policy_set: PolicySet, found: Offload) -> PolicySet:
+    """The same policies with ``found`` left to compiled policies (what the engine works out anew)."""
+    return replace(policy_set, offload=found, memo={}, pointers={})
 
 
 @dataclass(frozen=True)

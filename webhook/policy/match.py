@@ -156,6 +156,9 @@ class Classifier:
 
     def __init__(self, entries: Sequence[tuple[schema.ClassMatch, str]]) -> None:
         self.entries = tuple(entries)
+        #: the entries as plain data, read at load: a pydantic model's fields cost a generic
+        #: attribute lookup each in the compiled core, on every pod
+        self._plain = tuple(_PlainEntry(entry, workload_class) for entry, workload_class in self.entries)
         self._owner: dict[str, list[int]] = {}
         self._kind: dict[str, list[int]] = {}
         self._label: dict[str, list[int]] = {}
@@ -167,9 +170,6 @@ class Classifier:
                 self._always.append(index)
             for key in keys:
                 table.setdefault(key, []).append(index)  # type: ignore[union-attr]
-        # the keys that anchor some entry, intersected with a pod's keys in C
-        self._label_keys = frozenset(self._label)
-        self._annotation_keys = frozenset(self._annotation)
 
     def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, list[int]] | None, tuple[str, ...]]:
         """One condition the entry cannot match without, as (index table, keys any of which it needs)."""
@@ -195,29 +195,116 @@ class Classifier:
         namespace: str,
         ns_labels: Mapping[str, str],
     ) -> str:
-        """The class of the first matching entry (classes by order, then name); "" when none does."""
-        found: list[list[int]] = [self._always] if self._always else []
+        """The class of the first matching entry (classes by order, then name); "" when none does.
+
+        What ``entry_matches`` decides on ``PodFacts.of`` these arguments (a property test holds
+        it to that), without building the facts: the pod's labels and annotations are read as
+        they are when they hold only strings, as nearly every pod's do."""
+        always = self._always
+        candidates: set[int] = set(always)
         for kind in owner_kinds:
-            if kind in self._owner:
-                found.append(self._owner[kind])
-        if workload_kind in self._kind:
-            found.append(self._kind[workload_kind])
+            found = self._owner.get(kind)
+            if found is not None:
+                candidates.update(found)
+        found = self._kind.get(workload_kind)
+        if found is not None:
+            candidates.update(found)
         meta = as_dict(pod_meta)
         labels, annotations = meta.get("labels"), meta.get("annotations")
+        # each of the pod's keys looked up (a pod has a few labels: compiled, a lookup each costs
+        # less than one generic call of frozenset.intersection)
         if isinstance(labels, dict) and self._label:
-            for key in self._label_keys.intersection(labels):
-                found.append(self._label[key])
+            for key in labels:
+                found = self._label.get(key) if type(key) is str else None
+                if found is not None:
+                    candidates.update(found)
         if isinstance(annotations, dict) and self._annotation:
-            for key in self._annotation_keys.intersection(annotations):
-                found.append(self._annotation[key])
-        if not found:
+            for key in annotations:
+                found = self._annotation.get(key) if type(key) is str else None
+                if found is not None:
+                    candidates.update(found)
+        if not candidates:
             return ""
-        facts = PodFacts.of(pod_meta, owner_kinds, workload_kind, namespace, ns_labels)
-        for index in sorted(set().union(*found)):
-            entry, workload_class = self.entries[index]
-            if entry_matches(entry, facts):
-                return workload_class
+        pod_labels, pod_annotations = _strings(labels), _strings(annotations)
+        plain = self._plain
+        for index in sorted(candidates):
+            entry = plain[index]
+            if entry.matches(pod_labels, pod_annotations, owner_kinds, workload_kind, namespace, ns_labels):
+                return entry.workload_class
         return ""
+
+
+class _Selector:
+    """A label selector as plain data: (key, value) pairs, then (operator, key, values) requirements."""
+
+    def __init__(self, selector: schema.LabelSelector) -> None:
+        self.labels: tuple[tuple[str, str], ...] = tuple(selector.matchLabels.items())
+        self.expressions: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
+            (req.operator, req.key, frozenset(req.values)) for req in selector.matchExpressions
+        )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """``selector_matches`` of the selector it was made from."""
+        for key, value in self.labels:
+            if labels.get(key) != value:
+                return False
+        for operator, key, values in self.expressions:
+            present = key in labels
+            if operator == "In":
+                if not present or labels[key] not in values:
+                    return False
+            elif operator == "NotIn":
+                if present and labels[key] in values:
+                    return False
+            elif operator == "Exists":
+                if not present:
+                    return False
+            elif operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+class _PlainEntry:
+    """A class entry (``schema.ClassMatch``) and its class, as plain data: what ``entry_matches`` reads."""
+
+    def __init__(self, m: schema.ClassMatch, workload_class: str) -> None:
+        self.workload_class = workload_class
+        self.owner_kinds: frozenset[str] = frozenset(m.ownerKinds)
+        self.workload_kinds: frozenset[str] = frozenset(m.workloadKinds)
+        self.labels: _Selector | None = _Selector(m.labels) if m.labels is not None else None
+        self.annotations: tuple[tuple[str, str], ...] = tuple(m.annotations.items())
+        self.namespaces: tuple[str, ...] = tuple(m.namespaces)
+        self.ns_selector: _Selector | None = _Selector(m.namespaceSelector) if m.namespaceSelector is not None else None
+
+    def matches(
+        self, labels: Mapping[str, str], annotations: Mapping[str, str], owner_kinds: set[str], workload_kind: str,
+        namespace: str, ns_labels: Mapping[str, str],
+    ) -> bool:
+        """``entry_matches``, in the same order (cheapest first: most entries are decided by the kinds)."""
+        if self.owner_kinds and self.owner_kinds.isdisjoint(owner_kinds):
+            return False
+        if self.workload_kinds and workload_kind not in self.workload_kinds:
+            return False
+        if self.labels is not None and not self.labels.matches(labels):
+            return False
+        for key, value in self.annotations:
+            found = annotations.get(key)
+            if found is None or (value != "*" and found != value):
+                return False
+        if self.namespaces and not name_matches(self.namespaces, namespace):
+            return False
+        return self.ns_selector is None or self.ns_selector.matches(ns_labels)
+
+
+def _strings(value: Any) -> Mapping[str, str]:
+    """A pod's labels or annotations as text: the map itself when it holds only strings, else
+    ``_str_map`` of it (what ``PodFacts.of`` reads)."""
+    if type(value) is not dict:
+        return _str_map(value)
+    for key, item in value.items():
+        if type(key) is not str or type(item) is not str:
+            return _str_map(value)
+    return value
 
 
 def entry_matches(m: schema.ClassMatch, pod: PodFacts) -> bool:

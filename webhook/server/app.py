@@ -43,6 +43,8 @@ class AppConfig:
     #: collector's reach: full collections over a large index stall requests
     #: for hundreds of milliseconds. Process-wide, so only for `serve`.
     freeze_gc_after_sync: bool = False
+    #: a compiled output (``policies compile -o DIR``) installed in the cluster: its rule parts are skipped
+    compiled: Path | None = None
 
 
 def create_app(
@@ -69,7 +71,7 @@ def create_app(
     admission is written to directly.
     """
     app = web.Application(client_max_size=config.limits.max_body_bytes)
-    store = PolicyStore(config.policies)
+    store = PolicyStore(config.policies, config.compiled)
     app[keys.STORE] = store
     app[keys.METRICS] = metrics or Metrics()
     app[keys.LIMITS] = config.limits

@@ -8,21 +8,26 @@ rewritten in place (not atomically) is never loaded half-written.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.errors import PolicyError
-from webhook.policy import loader
+from webhook.policy import loader, offload
+
+#: what a compiled output (``policies compile -o DIR``) states about itself
+OFFLOAD_RECORD = "offload.json"
 
 log = logging.getLogger(__name__)
 
 
-def directory_stamp(directory: Path) -> tuple[tuple[str, int, int, int], ...]:
-    """What changes when any policy file is added, removed or edited (links followed)."""
+def directory_stamp(directory: Path, compiled: Path | None = None) -> tuple[tuple[str, int, int, int], ...]:
+    """What changes when any policy file is added, removed or edited (links followed), or the
+    compiled output's record (``compiled``)."""
     stamps = []
-    for path in loader.policy_files(directory):
+    for path in _watched(directory, compiled):
         try:
             st = os.stat(path)
         except OSError:
@@ -31,10 +36,16 @@ def directory_stamp(directory: Path) -> tuple[tuple[str, int, int, int], ...]:
     return tuple(stamps)
 
 
-def directory_digest(directory: Path) -> str:
-    """A hash of every policy file's name and content (unreadable files count as such)."""
+def _watched(directory: Path, compiled: Path | None) -> list[Path]:
+    files = list(loader.policy_files(directory))
+    return [*files, compiled / OFFLOAD_RECORD] if compiled is not None else files
+
+
+def directory_digest(directory: Path, compiled: Path | None = None) -> str:
+    """A hash of every policy file's name and content, and the compiled output's record (unreadable
+    or missing files count as such)."""
     digest = hashlib.sha256()
-    for path in loader.policy_files(directory):
+    for path in _watched(directory, compiled):
         try:
             content = path.read_bytes()
         except OSError as exc:
@@ -48,6 +59,8 @@ class PolicyStore:
     """Holds the last good PolicySet; a bad change is refused and the old set stays."""
 
     directory: Path
+    #: a compiled output (``serve --compiled``) whose rule parts kube-apiserver runs: skipped here
+    compiled: Path | None = None
     current: loader.PolicySet = field(init=False)
     #: why the files on disk do not load now ("" when they do)
     last_error: str = field(init=False, default="")
@@ -57,21 +70,23 @@ class PolicyStore:
     _pending: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
-        self._stamp = directory_stamp(self.directory)
+        self._stamp = directory_stamp(self.directory, self.compiled)
         self._use(loader.load_enforcing(self.directory))
         _say_skipped(self.directory)
 
     def _use(self, policy_set: loader.PolicySet) -> None:
+        if self.compiled is not None:
+            policy_set = _offloaded(policy_set, self.compiled)
         self.current, self.last_error = policy_set, ""
         self.known_kinds = frozenset({"Pod", *(kind for _, kind in policy_set.kinds)})
 
     def reload_if_changed(self) -> bool | None:
         """True: reloaded; False: the change was refused; None: nothing (yet) to load."""
-        stamp = directory_stamp(self.directory)
+        stamp = directory_stamp(self.directory, self.compiled)
         if stamp == self._stamp:
             self._pending = ""
             return None
-        digest = directory_digest(self.directory)
+        digest = directory_digest(self.directory, self.compiled)
         if digest != self._pending:
             self._pending = digest  # changed since the last check: wait until it stays put
             return None
@@ -81,7 +96,7 @@ class PolicyStore:
             new = loader.load_enforcing(self.directory)
         except PolicyError as exc:
             error = str(exc)
-        if directory_digest(self.directory) != digest:
+        if directory_digest(self.directory, self.compiled) != digest:
             self._pending = ""  # changed while loading: start over
             return None
         self._stamp, self._pending = stamp, ""
@@ -100,3 +115,27 @@ def _say_skipped(directory: Path) -> None:
     if skipped:
         log.warning("not read as policies (only .yaml and .yml files are): %s",
                     ", ".join(str(p.relative_to(directory)) for p in skipped))
+
+
+def _offloaded(policy_set: loader.PolicySet, compiled: Path) -> loader.PolicySet:
+    """The policy set with the rule parts the compiled output runs left to it: only for the
+    policies it was compiled from as they are now (a policy changed since runs whole here, and
+    so does every policy when the record is missing or unreadable: nothing is skipped unchecked)."""
+    path = compiled / OFFLOAD_RECORD
+    if not path.exists():  # (an optional ConfigMap not created: no compiled policies installed)
+        log.info("no compiled policies installed (%s absent): the webhook runs every rule whole", path)
+        return policy_set
+    try:
+        stated = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(stated, dict):
+            raise ValueError("not a JSON object")
+        found, stale = offload.offload(policy_set, stated)
+    except (OSError, ValueError) as exc:
+        log.warning("compiled policies: %s unusable (%s): the webhook runs every rule whole", path, exc)
+        return policy_set
+    for name in stale:
+        log.warning("compiled policies: %s was compiled from another version of policy %s, or not at all: "
+                    "the webhook runs it whole; compile again (gpu-admission policies compile)", path, name)
+    log.info("compiled policies (Kubernetes %s): the webhook leaves %d rule(s) to kube-apiserver, whole or in part",
+             stated.get("kubeVersion"), len(found.webhook))
+    return loader.offloaded(policy_set, found)

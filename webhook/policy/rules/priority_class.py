@@ -16,12 +16,7 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     if current == name or (current and not cfg.override and not _cluster_default(ctx, current)):
         return
     found = ctx.view.priority_class(name)
-    if found is None and ctx.view.availability("priorityclasses").known:
-        ctx.report(
-            f"{ctx.where()}: the policy gives {ctx.workload_class or 'these'} pods PriorityClass {name!r}, "
-            "which this cluster does not have; create it (deploy/) or change the policy",
-            "spec.priorityClassName",
-        )
+    if found is None and _missing(ctx, name):
         return
     builder, spec, base = ctx.builder, ctx.spec, ctx.spec_at
     builder.put(spec, base, "priorityClassName", name)
@@ -36,9 +31,8 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
         builder.put(spec, base, "priority", value)
         builder.put(spec, base, "preemptionPolicy", found.get("preemptionPolicy") or "PreemptLowerPriority")
     else:
-        for field in ("priority", "preemptionPolicy"):
-            if field in spec:
-                builder.remove(ctx.spec_path(field))
+        builder.drop(spec, base, "priority")
+        builder.drop(spec, base, "preemptionPolicy")
     ctx.changed("priorityClassName")
 
 
@@ -50,3 +44,29 @@ def _cluster_default(ctx: RuleContext, name: object) -> bool:
     """
     found = ctx.view.priority_class(name) if isinstance(name, str) else None
     return bool(found and found.get("globalDefault") is True)
+
+
+def run_rest(ctx: RuleContext, cfg: PriorityClassRule) -> None:
+    """The parts a compiled policy leaves to the webhook (webhook.policy.offload), which need the
+    cluster's PriorityClasses: a pod carrying the globalDefault class (the compiled policy keeps a
+    class it finds), and the class it set must exist."""
+    name = cfg.classes.get(ctx.workload_class) or cfg.default
+    current = ctx.spec.get("priorityClassName")
+    if not name or not current:
+        return
+    if current != name and not cfg.override and _cluster_default(ctx, current):
+        run(ctx, cfg)
+    elif current == name and ctx.view.priority_class(name) is None:
+        _missing(ctx, name)
+
+
+def _missing(ctx: RuleContext, name: str) -> bool:
+    """Report the policy's class when the cluster is known not to have it."""
+    if ctx.view.availability("priorityclasses").known:
+        ctx.report(
+            f"{ctx.where()}: the policy gives {ctx.workload_class or 'these'} pods PriorityClass {name!r}, "
+            "which this cluster does not have; create it (deploy/) or change the policy",
+            "spec.priorityClassName",
+        )
+        return True
+    return False

@@ -35,7 +35,14 @@ def run(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
     if cfg.maxPerPod is not None:
         # maxPerPod counts DRA claims' devices too; node allocatable only ever shows extended resources
         _check_max(ctx, cfg, {n: c for n, c in ctx.pod_gpus().items() if not sharing(n)})
+    run_rest(ctx, cfg)
+
+
+def run_rest(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
+    """The part a compiled policy leaves to the webhook (webhook.policy.offload): GPUs against the
+    largest node, which needs the nodes."""
     if cfg.nodeCapacity and ctx.view.availability("nodes").known:
+        sharing = cfg.sharingSchemes.matcher
         counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
         if counts:
             _check_node_capacity(ctx, counts)

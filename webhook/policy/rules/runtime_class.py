@@ -19,15 +19,26 @@ def run(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
     if current == name or (current and not cfg.override):
         return
     if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(name) is None:
-        ctx.report(
-            f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
-            "create it (deploy/runtimeclass) or change the policy",
-            "spec.runtimeClassName",
-        )
+        _report_missing(ctx, cfg)
         return
     ctx.builder.put(ctx.spec, ctx.spec_at, "runtimeClassName", name)
     # the RuntimeClass plugin fills overhead from the class on its next pass and
     # rejects a pod whose overhead differs from the class's (FACTS.md §5)
-    if "overhead" in ctx.spec:
-        ctx.builder.remove(ctx.spec_path("overhead"))
+    ctx.builder.drop(ctx.spec, ctx.spec_at, "overhead")
     ctx.changed("runtimeClassName")
+
+
+def run_rest(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
+    """The part a compiled policy leaves to the webhook (webhook.policy.offload): the class it set
+    must exist, which needs the cluster's RuntimeClasses."""
+    if not is_windows(ctx.spec) and ctx.spec.get("runtimeClassName") == cfg.name:
+        if ctx.view.availability("runtimeclasses").known and ctx.view.runtime_class(cfg.name) is None:
+            _report_missing(ctx, cfg)
+
+
+def _report_missing(ctx: RuleContext, cfg: RuntimeClassRule) -> None:
+    ctx.report(
+        f"{ctx.where()}: the policy sets RuntimeClass {cfg.name!r}, which this cluster does not have; "
+        "create it (deploy/runtimeclass) or change the policy",
+        "spec.runtimeClassName",
+    )

@@ -24,7 +24,7 @@ def run(ctx: RuleContext, cfg: SpreadReplicasRule) -> None:
     if not selector:
         return
     if affinity.add_pod_term(
-        ctx.builder, ctx.target.spec_path, affinity.POD_ANTI_AFFINITY,
+        ctx.builder, ctx.spec, ctx.spec_at, affinity.POD_ANTI_AFFINITY,
         required=cfg.type == "required", weight=cfg.weight, selector=selector, topology_key=cfg.topologyKey,
     ):
         ctx.changed("spreadReplicas")

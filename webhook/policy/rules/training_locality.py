@@ -24,7 +24,7 @@ def run(ctx: RuleContext, cfg: TrainingLocalityRule) -> None:
     if selector is None:
         return
     if affinity.add_pod_term(
-        ctx.builder, ctx.target.spec_path, affinity.POD_AFFINITY,
+        ctx.builder, ctx.spec, ctx.spec_at, affinity.POD_AFFINITY,
         required=cfg.type == "required", weight=cfg.weight, selector=selector, topology_key=cfg.topologyKey,
     ):
         ctx.changed("trainingLocality")

@@ -1,0 +1,359 @@
+"""The compiled policies decide as the webhooks do, through the real kube-apiserver.
+
+Every golden case (tests/cases/*.yaml, with its own policies), every corpus manifest
+(../shared/corpus/manifests) and a few hundred generated workloads (tests/generators.py) are
+created twice, as dry runs: by a user whose requests reach the webhooks alone, and by one whose
+requests reach the compiled policies (``policies compile`` for this apiserver's version) plus
+the slimmed webhooks (``serve --compiled``). The answers must be the same: the object that would
+be stored, the refusal (message included) and the warnings. The documented differences
+(docs/compiled-policies.md) are normalised in tests/e2e/equivalence.py: the ValidatingAdmissionPolicy
+prefixes of refusals and warnings, findings separated by " | " instead of line breaks, the
+provenance annotation's order, the webhook's "gpu-admission mutated" warning, and refusals that
+name one side's findings only ("split"). Everything else is a difference, and fails the test.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+
+from tests import generators
+from tests.e2e import fixtures
+from tests.e2e.admission import Admission
+from tests.e2e.apiserver import ApiServer
+from tests.e2e.conftest import OPT_IN
+from tests.e2e.equivalence import COMPILED_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored
+from tests.e2e.kube import Kube, Object, Refused, eventually
+from tests.support import MANIFESTS, POLICIES
+from tests.test_cases import CASES
+from webhook.policy import offload
+
+NAMESPACE = "e2e-equivalence"
+GENERATED = 300
+#: the generated workloads named as the e2e exception names what it exempts
+EXEMPT_EVERY = 10
+
+
+@dataclass
+class Item:
+    """One object to create in both setups (an UPDATE case: its old object first, then the update)."""
+
+    label: str
+    obj: Object
+    namespace: str
+    old: Object | None = None
+
+
+@dataclass
+class Group:
+    """Items judged by one policy set (file name → text), in namespaces with these labels."""
+
+    label: str
+    policies: dict[str, str]
+    items: list[Item] = field(default_factory=list)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _shipped() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(POLICIES.glob("*.yaml"))}
+
+
+def _golden_groups() -> list[Group]:
+    groups: dict[str, Group] = {}
+    shared = {name: (POLICIES / name).read_text() for name in ("workload-kinds.yaml", "workload-classes.yaml")}
+    for file in sorted(CASES.glob("*.yaml")):
+        suite = yaml.safe_load(file.read_text())
+        for case in suite["cases"]:
+            text = case.get("policies", suite.get("policies", "shipped"))
+            policies = _shipped() if text == "shipped" else {**shared, "case.yaml": text}
+            key = f"{file.stem}:{'shipped' if text == 'shipped' else hash(text)}"
+            group = groups.setdefault(key, Group(key, policies))
+            obj = copy.deepcopy(case["object"])
+            namespace = case.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"
+            obj.setdefault("metadata", {})["namespace"] = namespace
+            old = copy.deepcopy(case.get("oldObject")) if case.get("operation") == "UPDATE" else None
+            if old is not None:
+                old.setdefault("metadata", {})["namespace"] = namespace
+            group.items.append(Item(f"{file.stem}: {case['name']}", obj, namespace, old))
+            labels = group.namespaces.setdefault(namespace, {})
+            for known in case.get("cluster", suite.get("cluster", [])):
+                if known.get("kind") == "Namespace" and known["metadata"]["name"] == namespace:
+                    labels.update(known["metadata"].get("labels") or {})
+    return list(groups.values())
+
+
+def _corpus_items() -> list[Item]:
+    from tests.test_corpus import FILES, manifest_documents
+
+    items = []
+    for path in FILES:
+        for index, doc in enumerate(manifest_documents(path)):
+            if isinstance(doc.get("metadata"), dict) and isinstance(doc.get("apiVersion"), str):
+                obj = copy.deepcopy(doc)
+                obj["metadata"]["namespace"] = NAMESPACE
+                items.append(Item(f"{path.name}#{index}", obj, NAMESPACE))
+    return items
+
+
+def _generated_items() -> list[Item]:
+    drawn: list[Any] = []
+
+    @settings(max_examples=GENERATED, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(generators.workloads())
+    def draw(workload: Any) -> None:
+        drawn.append(workload)
+
+    draw()
+    items = []
+    for i, obj in enumerate(drawn):
+        obj["metadata"]["name"] = f"{fixtures.EXEMPT_PREFIX if i % EXEMPT_EVERY == 0 else ''}gen-{i}"
+        obj["metadata"]["namespace"] = NAMESPACE
+        items.append(Item(f"generated {i} ({obj['kind']})", obj, NAMESPACE))
+    return items
+
+
+def _large_items() -> list[Item]:
+    """The objects bench/server.py measures the webhook with (a 20-container pod among them): the
+    compiled policies' CEL stays within kube-apiserver's cost budget on them too."""
+    from bench.server import payloads
+
+    items = []
+    for name, review in payloads().items():
+        obj = copy.deepcopy(review["request"]["object"])
+        obj["metadata"] = {"name": name.replace(" ", "-").lower(), "namespace": NAMESPACE,
+                           "labels": obj.get("metadata", {}).get("labels") or {}}
+        items.append(Item(f"bench payload: {name}", obj, NAMESPACE))
+    return items
+
+
+def _crds(groups: list[Group], policies: Any) -> list[Object]:
+    """A CustomResourceDefinition (any content) for every custom kind a policy set knows, at the
+    versions the inputs use."""
+    versions: dict[tuple[str, str], set[str]] = {}
+    for group in groups:
+        for item in group.items:
+            for obj in (item.obj, item.old):
+                if obj is not None and "/" in str(obj.get("apiVersion")):
+                    api_group, version = obj["apiVersion"].split("/", 1)
+                    versions.setdefault((api_group, obj.get("kind", "")), set()).add(version)
+    crds = []
+    for (api_group, kind), paths in policies.kinds.items():
+        if not api_group or "." not in api_group:
+            continue
+        served = sorted(versions.get((api_group, kind), {"v1"}))
+        plural = kind.lower() + "s"
+        crds.append({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{api_group}"},
+            "spec": {"group": api_group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                     "versions": [{"name": v, "served": True, "storage": v == served[-1], "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}} for v in served]},
+        })
+    return crds
+
+
+@pytest.fixture(scope="module")
+def setups(apiserver: ApiServer, admin: Kube, admission: Admission, workdir: Path) -> Iterator[Setups]:
+    folder = workdir / f"equivalence-{uuid.uuid4().hex[:6]}"
+    both = Setups(apiserver, admin, admission, folder)
+    both.start(_session_policies(admission))
+    try:
+        yield both
+    finally:
+        both.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_established(admin: Kube, name: str) -> None:
+    def established() -> bool:
+        crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions") or [])
+
+    eventually(established, what=f"{name} served")
+
+
+def _session_policies(admission: Admission) -> dict[str, str]:
+    """The e2e session's policies: the shipped ones and the suite's quota, audit and exception documents."""
+    return {p.name: p.read_text() for p in sorted(admission.policies.glob("*.yaml"))}
+
+
+def _not_judged(admin: Kube, obj: Object, version: str) -> str:
+    """Why an object cannot go through admission here ("" when it can)."""
+    try:
+        resource = admin.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    except Exception:  # noqa: BLE001 - the discovery client raises several kinds for "not served"
+        return f"{obj.get('apiVersion')} {obj.get('kind')}: not served by kube-apiserver {version}"
+    return "" if resource.namespaced else f"{obj.get('apiVersion')} {obj.get('kind')}: cluster-scoped (no admission by namespace)"
+
+
+def _namespaces(admin: Kube, wanted: dict[str, dict[str, str]], made: dict[str, dict[str, str]]) -> None:
+    """The namespaces opted in, with exactly these labels (besides the name label)."""
+    for name, labels in wanted.items():
+        want = {OPT_IN: "true", **labels}
+        if name not in made:
+            try:
+                current = admin.get("v1", "Namespace", name)
+            except Refused:
+                admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": want}})
+                made[name] = {}
+                continue
+            made[name] = dict(current["metadata"].get("labels") or {})
+        current = admin.get("v1", "Namespace", name)
+        have = {k: v for k, v in (current["metadata"].get("labels") or {}).items() if k != "kubernetes.io/metadata.name"}
+        if have != want:
+            patch = {"metadata": {"labels": {**{k: None for k in have if k not in want}, **want}}}
+            admin.patch(current, patch)
+
+
+def _judge(setups: Setups, item: Item) -> list[tuple[str, Outcome, Outcome]]:
+    """Both setups' answers for one item: (what, webhooks, compiled)."""
+    if item.old is None:
+        return [("create", setups.ask(WEBHOOKS_USER, item.obj, item.namespace), setups.ask(COMPILED_USER, item.obj, item.namespace))]
+    answers = {}
+    for user in (WEBHOOKS_USER, COMPILED_USER):
+        client = setups.clients[user]
+        old = client.create(item.old, item.namespace, dry_run=False)
+        update = Outcome(0, None, "old object refused")
+        if old.obj is not None:
+            new = copy.deepcopy(item.obj)
+            new["metadata"]["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
+            new["metadata"]["name"] = old.obj["metadata"]["name"]
+            update = client.replace(new, item.namespace)
+            client.delete(old.obj, item.namespace)
+            _wait_gone(setups, old.obj, item.namespace)
+        answers[user] = (old, update)
+    return [("create the old object", answers[WEBHOOKS_USER][0], answers[COMPILED_USER][0]),
+            ("update", answers[WEBHOOKS_USER][1], answers[COMPILED_USER][1])]
+
+
+def _acted(webhooks: Outcome, compiled: Outcome) -> Counter[str]:
+    """What the compiled policies did in an answer: a refusal or warnings of theirs, or changes the
+    slimmed webhook no longer makes (its "gpu-admission mutated" warning names fewer of them)."""
+    found: Counter[str] = Counter()
+    if "ValidatingAdmissionPolicy 'gpu-admission' with binding" in compiled.message:
+        found["refused"] += 1
+    if any(w.startswith("Validation failed for ValidatingAdmissionPolicy 'gpu-admission-warn'") for w in compiled.warnings):
+        found["warned"] += 1
+    mutated = [w for w in webhooks.warnings if w.startswith(MUTATED_WARNING)]
+    if compiled.status < 300 and mutated and mutated != [w for w in compiled.warnings if w.startswith(MUTATED_WARNING)]:
+        found["mutated"] += 1
+    return found
+
+
+#: kinds whose stored form cannot be created again as it is: a Job's selector holds its uid, a
+#: Service's clusterIP is allocated
+_ALLOCATED = {("batch/v1", "Job"), ("v1", "Service")}
+
+
+def _again_possible(obj: Object) -> bool:
+    return (obj.get("apiVersion"), obj.get("kind")) not in _ALLOCATED
+
+
+def _again(setups: Setups, first: Outcome, item: Item) -> str:
+    """The compiled setup's output created again through it changes nothing (what a re-invocation
+    sees): "" when so, else what changed."""
+    obj = copy.deepcopy(first.obj) or {}
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
+        obj["metadata"].pop(key, None)
+    obj.pop("status", None)
+    again = setups.ask(COMPILED_USER, obj, item.namespace)
+    if again.status >= 300:
+        return f"refused: {again.message[:300]}"
+    before, after = stored(first.obj), stored(again.obj)
+    return "" if before == after else diff(before, after)
+
+
+def _wait_gone(setups: Setups, obj: Object, namespace: str) -> None:
+    eventually(lambda: _gone(setups, obj, namespace), what="the old object deleted")
+
+
+def _gone(setups: Setups, obj: Object, namespace: str) -> bool:
+    try:
+        current = setups.admin.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], namespace)
+    except Refused as exc:
+        return exc.status == 404
+    if current["metadata"].get("finalizers"):  # (a case about finalizers: nothing here would remove them)
+        setups.admin.patch(current, {"metadata": {"finalizers": None}})
+    return False
+
+
+def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, apiserver: ApiServer) -> None:
+    groups = [Group("shipped and e2e policies: corpus and generated workloads", _session_policies(setups.session),
+                    [*_corpus_items(), *_generated_items(), *_large_items()], {NAMESPACE: {}}), *_golden_groups()]
+    for crd in _crds(groups, setups.policy_set):
+        admin.ensure(crd)
+    for crd in _crds(groups, setups.policy_set):
+        _wait_established(admin, crd["metadata"]["name"])
+    admin.dynamic.resources.invalidate_cache()
+    made: dict[str, dict[str, str]] = {}
+    counts: Counter[str] = Counter()
+    differences: list[str] = []
+    skipped: Counter[str] = Counter()
+    acted: Counter[str] = Counter()
+    try:
+        for group in groups:
+            _namespaces(admin, group.namespaces, made)
+            setups.load(group.policies)
+            items = []
+            for i in group.items:
+                why = _not_judged(admin, i.obj, apiserver.version)
+                if why:
+                    skipped[why] += 1
+                else:
+                    items.append(i)
+            creates = [i for i in items if i.old is None]
+            with ThreadPoolExecutor(8) as pool:
+                judged = list(zip(creates, pool.map(lambda i: _judge(setups, i), creates)))
+            judged += [(i, _judge(setups, i)) for i in items if i.old is not None]
+            moved = setups.moved_checks()
+            for item, answers in judged:
+                for what, webhooks, compiled in answers:
+                    generate_name = (item.obj.get("metadata") or {}).get("generateName", "") if not item.obj["metadata"].get("name") else ""
+                    verdict, detail = compare(webhooks, compiled, generate_name, moved)
+                    acted.update(_acted(webhooks, compiled))
+                    if verdict == "same" and compiled.obj is not None and item.old is None and _again_possible(item.obj):
+                        again = _again(setups, compiled, item)
+                        if again:
+                            differences.append(f"[{group.label}] {item.label}: the compiled setup changes its own output: {again}")
+                        counts["again"] += 1
+                    counts[verdict] += 1
+                    if verdict == "different":
+                        differences.append(f"[{group.label}] {item.label} ({what}): {detail}")
+    finally:
+        for name, labels in made.items():
+            if labels == {}:
+                admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            else:
+                current = admin.get("v1", "Namespace", name)
+                admin.replace({**current, "metadata": {**current["metadata"], "labels": labels}})
+    total = sum(n for verdict, n in counts.items() if verdict != 'again')
+    print(f"\ncompiled-policy equivalence through kube-apiserver {apiserver.version}: {total} answers compared: "
+          f"{counts['same']} the same; documented: {counts['split']} refused by both with the findings of the side that "
+          f"judged first, {counts['validated-first']} refused by kube-apiserver's own validation before a check the "
+          f"mutating webhook makes and a ValidatingAdmissionPolicy makes after it; {counts['different']} different; "
+          f"{counts['again']} of the compiled setup's objects created again through it, unchanged")
+    print(f"  in-process: {acted['refused']} refusals and {acted['warned']} warnings by ValidatingAdmissionPolicies, "
+          f"{acted['mutated']} objects changed by the MutatingAdmissionPolicy where the slimmed webhook changed less")
+    for reason, n in sorted(skipped.items()):
+        print(f"  not compared: {n} × {reason}")
+    for line in differences:
+        print("  DIFFERENT", line)
+    assert total >= 500, f"only {total} answers compared"
+    # the compiled setup did its part in-process (else it compared the webhooks with themselves)
+    assert acted["refused"] and acted["warned"], acted
+    if setups.version >= offload.MUTATING_POLICIES_GA:
+        assert acted["mutated"], acted
+    assert not differences, f"{len(differences)} undocumented difference(s):\n" + "\n".join(differences)

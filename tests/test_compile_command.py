@@ -1,0 +1,129 @@
+"""``gpu-admission policies compile``: the files it writes, its coverage table, and ``--check``,
+which keeps deploy/compiled/policies in step with policies/ (CI runs this in ``make test``).
+
+What the compiled policies decide is proven through kube-apiserver itself:
+tests/e2e/test_compiled_equivalence.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support import POLICIES, REPO
+from webhook import cli
+from webhook.policy import loader, offload
+
+COMPILED = REPO / "deploy" / "compiled" / "policies"
+WEBHOOKS = REPO / "deploy" / "base"
+
+
+def _compile(*args: str) -> int:
+    return cli.main(["policies", "compile", "--policies", str(POLICIES), "--webhooks", str(WEBHOOKS), *args])
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_the_committed_output_is_what_the_shipped_policies_compile_to(capsys: pytest.CaptureFixture[str]) -> None:
+    """CI's guard: a policy change without `policies compile -o deploy/compiled/policies` fails here."""
+    assert _compile("--kube-version", "1.36", "-o", str(COMPILED), "--check", "--quiet") == 0, capsys.readouterr().err
+
+
+def test_check_names_each_stale_file_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(COMPILED, out)
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    text = (policies / "gpu-defaults.yaml").read_text().replace("maxSize: 32Gi", "maxSize: 16Gi")
+    (policies / "gpu-defaults.yaml").write_text(text)
+    code = cli.main(["policies", "compile", "--policies", str(policies), "--webhooks", str(WEBHOOKS),
+                     "-o", str(out), "--check", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{out / 'mutating-policies.yaml'}: stale" in err and f"{out / 'offload.json'}: stale" in err
+    assert "validating-policies.yaml" not in err  # the shm size is a mutation only
+    assert _compile("--kube-version", "1.36", "-o", str(out), "--check", "--quiet") == 0
+
+
+def test_the_table_lists_every_rule_where_it_runs_and_the_share(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert _compile("--kube-version", "1.36", "-o", str(tmp_path)) == 0
+    table = capsys.readouterr().out
+    policies = loader.load_directory(POLICIES)
+    for row in offload.coverage(policies, (1, 36)):
+        assert f"{row.policy}/{row.rule}" in table
+    assert "gpu-defaults/tolerations            enforce  compiled fully" in table
+    assert "gpu-validations/resourceShape       enforce  compiled partly" in table
+    assert "webhook: more GPUs than the largest node (needs the nodes of the cluster)" in table
+    assert "gpu-validations/cudaDriver          enforce  left to the webhook" in table
+    assert "gpu-validations/quota               off      off: runs nowhere" in table
+    done, total = offload.share(offload.coverage(policies, (1, 36)))
+    assert f"coverage: {done} of {total} rule checks run in-process" in table
+
+
+def test_before_1_36_only_the_checks_compile_and_a_stale_mutating_file_goes(tmp_path: Path) -> None:
+    assert _compile("--kube-version", "1.36", "-o", str(tmp_path), "--quiet") == 0
+    assert (tmp_path / "mutating-policies.yaml").exists()
+    assert _compile("--kube-version", "1.33", "-o", str(tmp_path), "--quiet") == 0
+    assert not (tmp_path / "mutating-policies.yaml").exists()
+    assert yaml.safe_load((tmp_path / "kustomization.yaml").read_text())["resources"] == ["validating-policies.yaml"]
+    assert json.loads((tmp_path / "offload.json").read_text())["kubeVersion"] == "1.33"
+
+
+def test_without_output_the_manifests_go_to_stdout_and_the_table_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _compile("--kube-version", "1.36") == 0
+    captured = capsys.readouterr()
+    kinds = [d["kind"] for d in yaml.safe_load_all(captured.out) if d]
+    assert "ValidatingAdmissionPolicy" in kinds and "MutatingAdmissionPolicy" in kinds
+    assert "coverage:" in captured.err
+
+
+@pytest.mark.parametrize("args", [["--kube-version", "1.29"], ["--kube-version", "one"], ["--check"]])
+def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        code = _compile(*args)
+        raise SystemExit(code)
+    assert exited.value.code == 2
+
+
+def test_an_invalid_policy_or_missing_webhooks_exit_2_with_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.yaml").write_text("apiVersion: gpu-admission.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: x}\nspec: {order: many}\n")
+    assert cli.main(["policies", "compile", "--policies", str(tmp_path), "--webhooks", str(WEBHOOKS)]) == 2
+    assert "spec.order" in capsys.readouterr().err
+    assert cli.main(["policies", "compile", "--policies", str(POLICIES), "--webhooks", str(tmp_path)]) == 2
+    assert "no webhook mutate.gpu-admission.io, validate.gpu-admission.io" in capsys.readouterr().err
+
+
+def test_the_policies_take_the_webhooks_reach_and_the_modes_actions() -> None:
+    validating = _documents(COMPILED / "validating-policies.yaml")
+    mutating = _documents(COMPILED / "mutating-policies.yaml")
+    webhooks = {h["name"]: h for path in ("mutatingwebhook.yaml", "validatingwebhook.yaml")
+                for d in _documents(WEBHOOKS / path) for h in d["webhooks"]}
+    actions = {d["spec"]["policyName"]: d["spec"]["validationActions"] for d in validating
+               if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert actions == {"gpu-admission": ["Deny"], "gpu-admission-warn": ["Warn"]}  # no audit-mode rule compiles
+    for policy in [d for d in validating + mutating if d["kind"].endswith("AdmissionPolicy")]:
+        hook = webhooks["mutate.gpu-admission.io" if policy["kind"] == "MutatingAdmissionPolicy" else "validate.gpu-admission.io"]
+        spec = policy["spec"]
+        assert spec["matchConstraints"]["namespaceSelector"] == hook["namespaceSelector"]
+        assert spec["matchConditions"] == hook["matchConditions"]
+        assert spec["failurePolicy"] == "Fail"
+    (map_policy,) = [d for d in mutating if d["kind"] == "MutatingAdmissionPolicy"]
+    assert map_policy["spec"]["reinvocationPolicy"] == "IfNeeded"
+    assert {m["patchType"] for m in map_policy["spec"]["mutations"]} == {"JSONPatch"}
+    deny = next(d for d in validating if d["metadata"]["name"] == "gpu-admission" and d["kind"] == "ValidatingAdmissionPolicy")
+    assert [v["reason"] for v in deny["spec"]["validations"]] == ["Forbidden", "Forbidden"]
+
+
+def test_the_record_states_the_version_and_each_policys_digest() -> None:
+    stated = json.loads((COMPILED / "offload.json").read_text())
+    policies = loader.load_directory(POLICIES)
+    assert stated == offload.record(policies, (1, 36))
+    found, stale = offload.offload(policies, stated)
+    assert stale == [] and ("gpu-defaults", "tolerations") in found.webhook

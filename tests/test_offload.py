@@ -1,0 +1,149 @@
+"""The split between compiled policies and the webhook (webhook.policy.offload), and the engine
+skipping what compiled policies run (``serve --compiled``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import POLICIES, shipped_policies
+from webhook.policy import engine, loader, offload
+from webhook.policy.request import Request
+from webhook.server.policies import OFFLOAD_RECORD, PolicyStore
+from webhook.view.snapshot import EMPTY_VIEW, SnapshotView
+
+SHAPE = """
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: shape}
+spec:
+  match: {kinds: ["*"]}
+  rules:
+    resourceShape: {mode: enforce, nodeCapacity: true}
+"""
+
+
+def _pod(gpus: str, *, claims: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}, "spec": spec}
+
+
+def _shape_policies(version: str = "1.36") -> loader.PolicySet:
+    policies = loader.load_text(SHAPE)
+    found, stale = offload.offload(policies, offload.record(policies, offload.kube_version(version)))
+    assert stale == []
+    return loader.offloaded(policies, found)
+
+
+def _messages(policies: loader.PolicySet, obj: dict[str, Any], view: Any = EMPTY_VIEW) -> str:
+    return engine.evaluate(policies, Request.for_object(obj), view, "validate").message()
+
+
+def test_kube_versions_are_read_and_older_ones_refused() -> None:
+    assert offload.kube_version("1.36") == (1, 36)
+    assert offload.kube_version("v1.33.3") == (1, 33)
+    for text in ("1.29", "one", "1"):
+        with pytest.raises(ValueError):
+            offload.kube_version(text)
+
+
+def test_shipped_policies_compile_validations_on_1_33_and_mutations_wait_for_1_36() -> None:
+    rows = {(r.policy, r.rule): r for r in offload.coverage(shipped_policies(), (1, 33))}
+    shape = rows[("gpu-validations", "resourceShape")]
+    assert shape.status == "partly" and shape.webhook == "rest"
+    assert [p.what for p in shape.left_parts()] == ["more GPUs than the largest node"]
+    assert rows[("gpu-defaults", "tolerations")].status == "webhook"
+    assert "1.36" in rows[("gpu-defaults", "tolerations")].left_parts()[0].why
+    for rule in ("quota", "cudaDriver", "draClaims"):
+        assert rows[("gpu-validations", rule)].webhook == "all"
+    assert rows[("gpu-validations", "quota")].status == "off"
+
+
+def test_a_mutation_in_warn_mode_stays_on_the_webhook() -> None:
+    policies = loader.load_text(SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}",
+                                              "tolerations: {mode: warn}"))
+    (row,) = offload.coverage(policies, (1, 36))
+    assert row.status == "webhook" and row.webhook == "all"
+    assert "cannot warn" in row.left_parts()[0].why
+
+
+def test_the_share_counts_the_parts_of_rules_that_run() -> None:
+    rows = offload.coverage(shipped_policies(), (1, 33))
+    done, total = offload.share(rows)
+    assert done == sum(len(r.compiled_parts()) for r in rows if r.mode != "off") and 0 < done < total
+
+
+def test_kinds_whose_paths_need_two_wildcards_are_left_to_the_webhook() -> None:
+    policies = loader.load_text(SHAPE + """---
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUWorkloadKind
+metadata: {name: nested}
+spec: {group: example.com, kind: Nested, podTemplates: [/spec/groups/*/members/*/template]}
+""")
+    kinds = offload.compilable_kinds(policies)
+    assert ("apps", "Deployment") in kinds and ("example.com", "Nested") not in kinds
+
+
+def test_the_webhook_skips_compiled_parts_and_keeps_the_rest() -> None:
+    plain, slimmed = loader.load_text(SHAPE), _shape_policies()
+    assert "a fraction" in _messages(plain, _pod("0.5"))
+    assert _messages(slimmed, _pod("0.5")) == ""  # the ValidatingAdmissionPolicy says it
+    # what stays: more GPUs than the largest node, which needs the nodes
+    nodes = SnapshotView.from_objects([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+                                        "status": {"allocatable": {"nvidia.com/gpu": "4"}}}])
+    assert "more than any node offers" in _messages(slimmed, _pod("16"), nodes)
+
+
+def test_pod_specs_with_dra_claims_are_judged_whole_by_the_webhook() -> None:
+    assert "a fraction" in _messages(_shape_policies(), _pod("0.5", claims=True))
+
+
+def test_a_policy_changed_since_it_was_compiled_runs_whole() -> None:
+    policies = loader.load_text(SHAPE)
+    stated = offload.record(policies, (1, 36))
+    changed = loader.load_text(SHAPE.replace("nodeCapacity: true", "nodeCapacity: false"))
+    found, stale = offload.offload(changed, stated)
+    assert stale == ["shape"] and found.webhook == {}
+    assert "a fraction" in _messages(loader.offloaded(changed, found), _pod("0.5"))
+
+
+def test_the_server_reads_the_compiled_record_and_runs_everything_without_one(tmp_path: Path) -> None:
+    policies, compiled = tmp_path / "policies", tmp_path / "compiled"
+    policies.mkdir()
+    compiled.mkdir()
+    (policies / "shape.yaml").write_text(SHAPE)
+    store = PolicyStore(policies, compiled)
+    assert store.current.offload is None  # no record: nothing is skipped
+    assert "a fraction" in _messages(store.current, _pod("0.5"))
+    (compiled / OFFLOAD_RECORD).write_text(json.dumps(offload.record(loader.load_directory(policies), (1, 36))))
+    store.reload_if_changed()  # (a change is loaded once it has stayed put between two checks)
+    assert store.reload_if_changed() is True
+    assert store.current.offload is not None and _messages(store.current, _pod("0.5")) == ""
+    (compiled / OFFLOAD_RECORD).write_text("{not json")
+    store.reload_if_changed()
+    assert store.reload_if_changed() is True
+    assert store.current.offload is None
+
+
+def test_digests_follow_what_the_compiled_form_depends_on() -> None:
+    policies = loader.load_directory(POLICIES)
+    assert offload.digest(policies, "gpu-defaults") == offload.digest(loader.load_directory(POLICIES), "gpu-defaults")
+    assert offload.digest(policies, "gpu-defaults") != offload.digest(policies, "gpu-validations")
+
+
+def test_node_affinity_with_two_requirements_on_one_key_stays_on_the_webhook() -> None:
+    """Each requirement's merge would see the other's: what the compiled patch does not model."""
+    one_key = loader.load_text(SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}", """nodeAffinity:
+      required: [{key: zone, operator: In, values: [a, b]}]
+      byResource: [{resources: ["nvidia.com/mig-*"], required: [{key: zone, operator: NotIn, values: [c]}]}]"""))
+    (row,) = offload.coverage(one_key, (1, 36))
+    assert row.status == "webhook" and "one key" in row.left_parts()[0].why
+    two_keys = loader.load_text(SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}", """nodeAffinity:
+      required: [{key: zone, operator: In, values: [a, b]}]"""))
+    (row,) = offload.coverage(two_keys, (1, 36))
+    assert row.status == "compiled" and row.webhook == "none"

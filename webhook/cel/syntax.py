@@ -1,0 +1,260 @@
+"""CEL expression text: literals, conditions and the idioms the compiled policies are built from.
+
+Everything here returns CEL source as a Python string. The expressions must
+compile on the oldest Kubernetes gpu-admission compiles for (1.33: the
+strings, lists, quantity and optional libraries and two-variable
+comprehensions, but no ``sort`` and no ``flatten``) and keep to what
+kube-apiserver accepts: map literals are homogeneous, so values of mixed
+types are wrapped in ``dyn()``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+#: between the findings kept in one CEL string: lists of lists cannot be flattened in
+#: Kubernetes 1.33's CEL, so nested results are joined with it and split once at the end
+SEP = "\x1e"
+SEP_LITERAL = "'\\x1e'"
+
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def quote(text: str) -> str:
+    """A CEL string literal."""
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return "'" + "".join(out) + "'"
+
+
+def literal(value: Any) -> str:
+    """A CEL literal of JSON data; a map's values are ``dyn()`` unless all are strings (homogeneous literals)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, (list, tuple)):
+        items = [literal(v) for v in value]
+        if len({_kind(v) for v in value}) > 1:
+            items = [f"dyn({i})" for i in items]
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, dict):
+        uniform = all(isinstance(v, str) for v in value.values())
+        entries = [f"{quote(str(k))}: {literal(v) if uniform else dyn(literal(v))}" for k, v in value.items()]
+        return "{" + ", ".join(entries) + "}"
+    raise TypeError(f"no CEL literal for {value!r}")
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def dyn(expr: str) -> str:
+    return f"dyn({expr})"
+
+
+def record(**fields: str) -> str:
+    """A map literal of expressions, each ``dyn()`` (a record of mixed types)."""
+    return "{" + ", ".join(f"{quote(k)}: dyn({v})" for k, v in fields.items()) + "}"
+
+
+def strings(items: Iterable[str]) -> str:
+    return "[" + ", ".join(quote(i) for i in items) + "]"
+
+
+def every(*conditions: str) -> str:
+    """Conditions ANDed ("true" when none)."""
+    return _combine(conditions, "&&", neutral="true", absorbing="false")
+
+
+def some(*conditions: str) -> str:
+    """Conditions ORed ("false" when none)."""
+    return _combine(conditions, "||", neutral="false", absorbing="true")
+
+
+def _combine(conditions: Iterable[str], operator: str, *, neutral: str, absorbing: str) -> str:
+    kept = [c for c in conditions if c != neutral]
+    if absorbing in kept:
+        return absorbing
+    if len(kept) > 1:
+        return "(" + f" {operator} ".join(f"({c})" for c in kept) + ")"
+    return kept[0] if kept else neutral
+
+
+def negate(condition: str) -> str:
+    return {"true": "false", "false": "true"}.get(condition, f"!({condition})")
+
+
+def when(condition: str, then: str, otherwise: str) -> str:
+    if condition == "true":
+        return then
+    if condition == "false":
+        return otherwise
+    return f"({condition} ? {then} : {otherwise})"
+
+
+def is_map(expr: str) -> str:
+    return f"type({expr}) == map"
+
+
+def is_list(expr: str) -> str:
+    return f"type({expr}) == list"
+
+
+def field(expr: str, key: str) -> str:
+    """``expr.key``, or ``expr['key']`` where the key is no CEL identifier (or a reserved word)."""
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) and key not in _RESERVED:
+        return f"{expr}.{key}"
+    return f"{expr}[{quote(key)}]"
+
+
+_RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if", "import",
+    "let", "loop", "package", "namespace", "return", "var", "void", "while",
+})
+
+
+def has(expr: str, key: str) -> str:
+    """Whether a map holds ``key`` (``has()`` takes identifiers only)."""
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) and key not in _RESERVED:
+        return f"has({expr}.{key})"
+    return f"{quote(key)} in {expr}"
+
+
+def map_at(expr: str, keys: Sequence[str]) -> tuple[str, str]:
+    """(condition, value): the map reached from ``expr`` through ``keys``, each step a map that holds the next."""
+    conditions = [is_map(expr)]
+    current = expr
+    for key in keys:
+        conditions.append(has(current, key))
+        current = field(current, key)
+        conditions.append(is_map(current))
+    return every(*conditions), current
+
+
+def value_at(expr: str, keys: Sequence[str], default: str) -> str:
+    """The value reached from the map ``expr`` through ``keys``, or ``default`` when a step is missing."""
+    if not keys:
+        return expr
+    condition, parent = map_at(expr, keys[:-1])
+    return when(every(condition, has(parent, keys[-1])), field(parent, keys[-1]), default)
+
+
+def sub_map(expr: str, key: str) -> str:
+    """``expr[key]`` when ``expr`` is a map holding a map there, else ``{}``."""
+    condition, value = map_at(expr, [key])
+    return when(condition, value, "{}")
+
+
+def sub_list(expr: str, key: str) -> str:
+    """``expr[key]`` when ``expr`` is a map holding a list there, else ``[]``."""
+    value = field(expr, key)
+    return when(every(is_map(expr), has(expr, key), is_list(value)), value, "[]")
+
+
+def glob(subject: str, pattern: str) -> str:
+    """``fnmatch.fnmatchcase(subject, pattern)`` (shell globs: *, ?, [seq], [!seq])."""
+    if not any(c in pattern for c in "*?["):
+        return f"{subject} == {quote(pattern)}"
+    if pattern.endswith("*") and not any(c in pattern[:-1] for c in "*?["):
+        return f"{subject}.startsWith({quote(pattern[:-1])})"
+    return f"{subject}.matches({quote(glob_regex(pattern))})"
+
+
+def glob_regex(pattern: str) -> str:
+    """An RE2 regular expression matching what the shell glob matches, whole."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        i += 1
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[":
+            end = i
+            if end < len(pattern) and pattern[end] == "!":
+                end += 1
+            if end < len(pattern) and pattern[end] == "]":
+                end += 1
+            end = pattern.find("]", end)
+            if end < 0:
+                out.append("\\[")
+                continue
+            inner = pattern[i:end].replace("\\", "\\\\")
+            i = end + 1
+            if inner.startswith("!"):
+                inner = "^" + inner[1:]
+            elif inner.startswith("^"):
+                inner = "\\" + inner
+            out.append(f"[{inner}]")
+        else:
+            out.append(re.escape(char))
+    return "^(?s:" + "".join(out) + ")$"
+
+
+def globs(subject: str, patterns: Sequence[str]) -> str:
+    """Any pattern matches; no patterns match everything (``match.name_matches``)."""
+    if not patterns:
+        return "true"
+    return some(*(glob(subject, p) for p in patterns))
+
+
+def selector(labels: str, matchers: Any) -> str:
+    """A Kubernetes label selector (``schema.LabelSelector``) over the map ``labels``; None matches all."""
+    if matchers is None:
+        return "true"
+    conditions = [f"{quote(k)} in {labels} && {labels}[{quote(k)}] == {quote(v)}" for k, v in matchers.matchLabels.items()]
+    for req in matchers.matchExpressions:
+        key = quote(req.key)
+        if req.operator == "In":
+            conditions.append(f"{key} in {labels} && {labels}[{key}] in {strings(req.values)}")
+        elif req.operator == "NotIn":
+            conditions.append(f"!({key} in {labels}) || !({labels}[{key}] in {strings(req.values)})")
+        elif req.operator == "Exists":
+            conditions.append(f"{key} in {labels}")
+        else:
+            conditions.append(f"!({key} in {labels})")
+    return every(*conditions)
+
+
+def matcher(name: str, patterns: Iterable[str]) -> str:
+    """A ``ResourceMatcher``: exact names and ``prefix*`` patterns."""
+    patterns = list(patterns)
+    exact = [p for p in patterns if not p.endswith("*")]
+    prefixes = [p[:-1] for p in patterns if p.endswith("*")]
+    conditions = []
+    if exact:
+        conditions.append(f"{name} == {quote(exact[0])}" if len(exact) == 1 else f"{name} in {strings(exact)}")
+    conditions.extend("true" if not p else f"{name}.startsWith({quote(p)})" for p in prefixes)
+    return some(*conditions)
+
+
+def joined(lists: Sequence[str]) -> str:
+    """Lists of finding strings (each may hold several, SEP-joined) as one SEP-joined string."""
+    parts = [l for l in lists if l != "[]"]
+    if not parts:
+        return "''"
+    return f"({' + '.join(parts)}).filter(s, s != '').join({SEP_LITERAL})"
+
+
+def json_pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def as_json(value: Any) -> str:
+    """JSON text (for annotations and the coverage record)."""
+    return json.dumps(value, sort_keys=True)
