@@ -291,3 +291,22 @@ def test_no_interleaving_overshoots_a_cap_and_the_ledger_converges_to_the_pods_t
     actions: list[tuple[str, int, bool]], replicas: int, reserving: bool
 ) -> None:
     asyncio.run(_play(actions, replicas, reserving))
+
+
+async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before() -> None:
+    """Cancelled (as shutdown does) just after a recount was asked for (as the watches' first lists
+    do at startup), the upkeep stops: the wait for its next beat never swallows the cancellation
+    (``asyncio.wait_for`` does on Python 3.11 when what it waits for finished meanwhile)."""
+    api = ModelApi()
+    store = _Store(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6),  # type: ignore[arg-type]
+                   LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: 1000.0, rng=random.Random(0))
+    upkeep = _Upkeep(Ledger(store), ModelIndex(api), lambda: None)  # type: ignore[arg-type, return-value]
+    for turns in range(4):  # loop turns between the ask and the cancellation
+        task = asyncio.create_task(upkeep.run())
+        await asyncio.sleep(0.01)  # waiting for its beat
+        upkeep.recount_soon()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=5)
+        assert done and task.cancelled(), f"the upkeep ran on after its cancellation ({turns} turns after the ask)"

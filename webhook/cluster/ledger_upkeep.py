@@ -87,9 +87,13 @@ class Upkeep:
         now = self._loop.time()
         next_sweep, next_recount = now + settings.sweep, now + settings.recount
         while True:
-            # replicas tick out of step: fewer of them try to settle one ledger at the same moment
+            # replicas tick out of step: fewer of them try to settle one ledger at the same moment.
+            # (asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the event is set, as the first lists do at startup, and this loop ran on
+            # for ever, holding up the shutdown)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._recount_due.wait(), min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2))
+                async with asyncio.timeout(min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2)):
+                    await self._recount_due.wait()
             try:
                 await self.settle()
                 if self._loop.time() >= next_sweep:
