@@ -6,9 +6,13 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -183,3 +187,59 @@ def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) 
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def invalid_policies(folder: Path) -> Path:
+    """The shipped policies copied to ``folder`` with one field made invalid: gpu-defaults.yaml's first ``mode``."""
+    shutil.copytree(POLICIES, folder)
+    shipped = folder / "gpu-defaults.yaml"
+    shipped.write_text(shipped.read_text().replace("mode: enforce", "mode: sometimes", 1))
+    return folder
+
+
+def break_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the engine: the one thing no real input may cause, so it is simulated."""
+    from webhook.policy import engine
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(engine, "evaluate", broken)
+
+
+def assert_crashed(command: Callable[..., tuple[int, str, str]]) -> None:
+    """``command(*extra_args)`` (exit code, stdout, stderr) ends on an engine broken by ``break_the_engine``
+    as a CLI command must: exit 3 and one line, and with ``--debug`` the traceback before it."""
+    assert command() == (3, "", "error: unexpected RuntimeError: a bug (--debug for the traceback)\n")
+    code, _, err = command("--debug")
+    assert code == 3 and "Traceback (most recent call last)" in err and err.endswith("error: unexpected RuntimeError: a bug\n")
+
+
+#: (path, thread) of each file opened for reading and each folder listed below the watched places
+_reads: list[tuple[str, int]] | None = None
+_watched: tuple[str, ...] = ()
+
+
+def _record(event: str, args: tuple[object, ...]) -> None:
+    """An audit hook (PEP 578): Python itself reports every open() and folder listing, on the thread doing it."""
+    if _reads is None or event not in ("open", "os.scandir", "os.listdir") or not args:
+        return
+    path, mode = str(args[0]), args[1] if event == "open" and len(args) > 1 else "r"
+    if path.startswith(_watched) and not (isinstance(mode, str) and any(c in mode for c in "wax+")):
+        _reads.append((path, threading.get_ident()))
+
+
+@contextlib.contextmanager
+def file_reads(*places: Path) -> Iterator[list[tuple[str, int]]]:
+    """The reads (path, thread) below ``places`` (folders or files) while inside.
+
+    An audit hook cannot be removed: it is installed once and idles after."""
+    global _reads, _watched
+    if not getattr(sys, "_gpu_admission_read_hook", False):
+        sys.addaudithook(_record)
+        sys._gpu_admission_read_hook = True  # type: ignore[attr-defined]
+    _reads, _watched = [], tuple(str(p) for p in places)
+    try:
+        yield _reads
+    finally:
+        _reads = None

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import StartWebhook
-from tests.support import POLICIES, corpus_reviews, load_review
+from tests.support import POLICIES, corpus_reviews, file_reads, load_review
 from webhook import cli
 from webhook.errors import PolicyError
+from webhook.policy import loader, offload
 from webhook.server import keys
-from webhook.server.policies import PolicyStore
+from webhook.server.policies import OFFLOAD_RECORD, PolicyStore
 
 
 def fractional_gpu_review() -> dict[str, object]:
@@ -116,3 +119,30 @@ def test_files_not_read_as_policies_are_named(
     assert [r.getMessage() for r in caplog.records] == ["not read as policies (only .yaml and .yml files are): extra-policy"]
     assert cli.main(["policies", "check", str(tmp_path / "p")]) == 0
     assert "  not read (only .yaml and .yml files are): extra-policy" in capsys.readouterr().out.splitlines()
+
+
+async def test_a_reload_reads_the_files_off_the_event_loop(
+    start_webhook: StartWebhook, policy_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reload's listing, reads of the policy files and of the compiled record are no request's wait."""
+    compiled = tmp_path / "compiled"
+    compiled.mkdir()
+    (compiled / OFFLOAD_RECORD).write_text(json.dumps(offload.record(loader.load_directory(policy_dir), (1, 36))))
+    hook = await start_webhook(reload_interval=0.02, compiled=compiled)
+    store, loop_thread = hook.app[keys.STORE], threading.get_ident()
+    before, target = store.current, policy_dir / "gpu-validations.yaml"
+    edited = target.read_text() + "# edited\n"
+    with caplog.at_level(logging.INFO, logger="webhook"), file_reads(policy_dir, compiled) as reads:
+        await asyncio.to_thread(target.write_text, edited)  # (not on the loop either: only the server's reads count)
+        for _ in range(500):
+            if store.current is not before:
+                break
+            await asyncio.sleep(0.02)
+        assert store.current is not before, "the edit was never loaded"
+    read = {path for path, _ in reads}
+    assert {str(target), str(compiled / OFFLOAD_RECORD), str(policy_dir)} <= read, "the reads were not seen"
+    assert sorted({path for path, thread in reads if thread == loop_thread}) == [], "read on the event loop"
+    assert store.current.offload is not None and store.last_error == ""
+    reloaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("policies reloaded: ")]
+    assert reloaded == [f"policies reloaded: {len(store.current.policies)} policies ({store.current.fingerprint})"]
+    assert hook.app[keys.METRICS].reloads.labels("success")._value.get() == 1

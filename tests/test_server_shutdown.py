@@ -12,15 +12,19 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from tests.conftest import Pki
 from tests.support import REPO, corpus_reviews, listening_port, load_review
 from webhook import cli
+from webhook.server import listener
+from webhook.server.app import AppConfig, create_app
+from webhook.server.tls import ReloadingTLS
 
 DRAIN, TIMEOUT = 1.5, 8.0
 
@@ -145,6 +149,27 @@ def test_a_port_in_use_is_one_line_and_exit_1(pki: Pki, policy_dir: Path, tmp_pa
         assert proc.wait(30) == 1
     lines = (tmp_path / "server.log").read_text().splitlines()
     assert lines[-1].startswith("error: cannot listen on 127.0.0.1:") and "Traceback" not in "".join(lines)
+
+
+async def test_a_port_in_use_stops_what_the_startup_began_before_the_error(pki: Pki, policy_dir: Path) -> None:
+    """What the app's startup began (the cluster watches, the quota ledger's writers) is stopped by
+    the listener that could not bind, in order and before the error, not by the loop's teardown."""
+    events: list[str] = []
+
+    async def began(app: web.Application) -> AsyncIterator[None]:
+        events.append("started")
+        yield
+        events.append("stopped")
+
+    tls = ReloadingTLS(pki.cert, pki.key)
+    app = create_app(AppConfig(policies=policy_dir), tls=tls)
+    app.cleanup_ctx.append(began)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError):
+            await listener.start(app, listener.ListenerConfig(host="127.0.0.1", port=taken.getsockname()[1]), tls.context)
+        assert events == ["started", "stopped"]
 
 
 def _handshake_then_review(sock: socket.socket, ctx: ssl.SSLContext, body: bytes) -> bytes:

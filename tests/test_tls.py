@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 from cryptography import x509
 
 from tests.conftest import Pki, StartWebhook, make_pki
-from tests.support import corpus_reviews, load_review
+from tests.support import corpus_reviews, file_reads, load_review
 from webhook import certs
 from webhook.server import keys
 
@@ -73,16 +75,42 @@ async def test_rotated_certificate_is_served_without_restart_or_failed_requests(
         assert 'gpu_admission_certificate_reloads_total{result="success"} 1.0' in await resp.text()
 
 
-async def test_a_broken_new_pair_keeps_the_old_one(start_webhook: StartWebhook, pki: Pki, tmp_path: Path) -> None:
+async def test_a_broken_new_pair_keeps_the_old_one(
+    start_webhook: StartWebhook, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     hook = await start_webhook(reload_interval=0.05)
     port = int(hook.base.rsplit(":", 1)[1])
     other = make_pki(tmp_path / "other")
-    shutil.copy(other.key, pki.key)  # key without its certificate: a mismatched pair
-    await asyncio.sleep(0.3)
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        shutil.copy(other.key, pki.key)  # key without its certificate: a mismatched pair
+        await asyncio.sleep(0.3)
     cert = await served_certificate(port, pki.client_context())
     assert cert.serial_number == x509.load_pem_x509_certificate(pki.cert.read_bytes()).serial_number
     async with hook.session.get(hook.base + "/metrics") as resp:
         assert 'gpu_admission_certificate_reloads_total{result="error"}' in await resp.text()
+    refused = f"new certificate not loaded, keeping the one in force: {pki.key} is not the key of {pki.cert} (a rotation half done?)"
+    assert {r.getMessage() for r in caplog.records} == {refused}
+
+
+async def test_unreadable_files_keep_the_pair_in_force(
+    start_webhook: StartWebhook, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file gone (a volume being remounted): a warning at each check, not a refused pair, and the pair in force stays."""
+    hook = await start_webhook(reload_interval=0.02)
+    port, before = int(hook.base.rsplit(":", 1)[1]), hook.tls.current
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        await asyncio.to_thread(pki.key.unlink)
+        for _ in range(500):
+            if caplog.records:
+                break
+            await asyncio.sleep(0.02)
+    assert caplog.records and {r.getMessage() for r in caplog.records} == {
+        f"certificate files not readable, keeping the loaded pair: [Errno 2] No such file or directory: '{pki.key}'"
+    }
+    assert hook.tls.current is before
+    cert = await served_certificate(port, pki.client_context())
+    assert cert.serial_number == x509.load_pem_x509_certificate(pki.cert.read_bytes()).serial_number
+    assert [hook.app[keys.METRICS].tls_reloads.labels(r)._value.get() for r in ("success", "error")] == [0, 0]
 
 
 async def test_tls_below_1_2_is_refused(start_webhook: StartWebhook, pki: Pki) -> None:
@@ -200,3 +228,56 @@ async def test_a_client_without_server_name_gets_the_rotated_certificate_too(sta
             return
         await asyncio.sleep(0.02)
     pytest.fail("a client that sends no server name still gets the old certificate")
+
+
+def expiry(cert: Path) -> float:
+    return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+
+
+async def test_a_reload_reads_the_certificate_files_off_the_event_loop(
+    start_webhook: StartWebhook, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reload's reads of certificate, key and client CA are no handshake's or request's wait:
+    a Secret volume's ``..data`` swap (one atomic change) of all three, served whole."""
+    # other expiries than the pair in force: the metrics must move
+    new = Pki(tmp_path / "new", *certs.generate_files(tmp_path / "new", ["localhost"], ["127.0.0.1"], days=300))
+    for pair, days in ((pki, 3650), (new, 3000)):
+        ca = certs.generate_ca(f"client CA {days}", days=days)
+        certs.write_pair(pair.directory, ca, "client-ca.crt", "client-ca.key")
+        certs.write_pair(pair.directory, certs.generate_serving(ca, ["kube-apiserver"], client=True), "client.crt", "client.key")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "..data").symlink_to(pki.directory)
+    for name in ("tls.crt", "tls.key", "client-ca.crt"):
+        (volume / name).symlink_to(Path("..data") / name)
+    hook = await start_webhook(reload_interval=0.02, client_ca=volume / "client-ca.crt")
+    hook.tls.cert, hook.tls.key = volume / "tls.crt", volume / "tls.key"  # (the same files: no change)
+    port, loop_thread, before = int(hook.base.rsplit(":", 1)[1]), threading.get_ident(), hook.tls.current
+    metrics = hook.app[keys.METRICS]
+
+    def swap() -> None:
+        link = volume / "..data_tmp"
+        link.symlink_to(new.directory)
+        link.replace(volume / "..data")
+
+    with caplog.at_level(logging.INFO, logger="webhook"), file_reads(volume) as reads:
+        await asyncio.to_thread(swap)  # (not on the loop either: only the server's reads count)
+        for _ in range(500):
+            if hook.tls.current is not before:
+                break
+            await asyncio.sleep(0.02)
+        assert hook.tls.current is not before, "the new pair was never put in force"
+    assert {str(volume / n) for n in ("tls.crt", "tls.key", "client-ca.crt")} <= {p for p, _ in reads}, "the reads were not seen"
+    assert sorted({path for path, thread in reads if thread == loop_thread}) == [], "read on the event loop"
+
+    client = new.client_context()
+    client.load_cert_chain(new.directory / "client.crt", new.directory / "client.key")
+    served = await served_certificate(port, client)  # the new CA's client certificate, the new serving pair
+    assert served.serial_number == x509.load_pem_x509_certificate(new.cert.read_bytes()).serial_number
+    assert [r.getMessage() for r in caplog.records if "certificate" in r.getMessage()] == [
+        f"serving certificate reloaded from {volume / 'tls.crt'}"
+    ]
+    assert [metrics.tls_reloads.labels(r)._value.get() for r in ("success", "error")] == [1, 0]
+    assert metrics.cert_not_after.labels("serving")._value.get() == expiry(new.cert)
+    assert metrics.cert_not_after.labels("client-ca")._value.get() == expiry(new.directory / "client-ca.crt")
+    assert expiry(new.cert) != expiry(pki.cert) and expiry(new.directory / "client-ca.crt") != expiry(pki.directory / "client-ca.crt")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.audit.support import CLUSTER, GPU_POD, SHARED_POD, TOO_NEW_POD, audit, audit_process, write
-from tests.support import POLICIES
-from webhook.policy import engine
+from tests.support import assert_crashed, break_the_engine, invalid_policies
 
 
 def test_0_when_nothing_is_denied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,10 +43,7 @@ def test_2_on_an_unknown_format_from_argparse() -> None:
 
 
 def test_2_on_an_invalid_policy_with_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    policies = tmp_path / "policies"
-    shutil.copytree(POLICIES, policies)
-    shipped = policies / "gpu-defaults.yaml"
-    shipped.write_text(shipped.read_text().replace("mode: enforce", "mode: sometimes", 1))
+    policies = invalid_policies(tmp_path / "policies")
     code, out, err = audit(capsys, str(write(tmp_path / "p.yaml", GPU_POD)), policies=policies)
     assert code == 2 and out == "" and err.startswith("invalid policy:") and "gpu-defaults.yaml" in err and "mode" in err
 
@@ -56,13 +51,6 @@ def test_2_on_an_invalid_policy_with_file_and_field(tmp_path: Path, capsys: pyte
 def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: object) -> None:
-        raise RuntimeError("a bug")
-
-    # a bug in the engine is the one thing no real input may cause, so it is simulated
-    monkeypatch.setattr(engine, "evaluate", broken)
+    break_the_engine(monkeypatch)
     path = str(write(tmp_path / "p.yaml", GPU_POD))
-    code, out, err = audit(capsys, path)
-    assert (code, out, err) == (3, "", "error: unexpected RuntimeError: a bug (--debug for the traceback)\n")
-    code, _, err = audit(capsys, "--debug", path)
-    assert code == 3 and "Traceback (most recent call last)" in err and err.endswith("error: unexpected RuntimeError: a bug\n")
+    assert_crashed(lambda *args: audit(capsys, *args, path))

@@ -13,6 +13,7 @@ import yaml
 from tests.audit.support import TOO_NEW_POD
 from tests.audit.test_cluster import _deployment, api, kubeconfig  # noqa: F401 - fixtures
 from tests.fakeapi import FakeApiServer
+from tests.support import POLICIES, assert_crashed, break_the_engine, invalid_policies
 from webhook import cli
 from webhook.audit import cluster_source
 from webhook.audit.ledger import Ledger
@@ -140,12 +141,34 @@ def test_a_refused_write_is_named_and_fails_the_run(api: FakeApiServer, kubeconf
     assert [r["metadata"]["namespace"] for r in api.objects("PolicyReport")] == ["team-b"]  # the others are written
 
 
+def test_a_cluster_error_is_one_line_and_exit_1(api: FakeApiServer, kubeconfig: Path,  # noqa: F811
+                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    assert _report(capsys, kubeconfig, "--page-size", "0") == (1, "", "error: --page-size must be at least 1\n")
+
+
+def test_an_invalid_policy_is_refused_with_file_and_field(api: FakeApiServer, kubeconfig: Path,  # noqa: F811
+                                                          tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    code, out, err = _report(capsys, kubeconfig, "--policies", str(invalid_policies(tmp_path / "policies")))
+    assert code == 2 and out == "" and err.startswith("invalid policy:") and "gpu-defaults.yaml" in err and "mode" in err
+    assert api.objects("PolicyReport") == []
+
+
+def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
+    api: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    api.add(_namespace("team-a", OPT_IN))
+    api.add(_pod("half", "team-a", gpus="0.5"))
+    break_the_engine(monkeypatch)
+    assert_crashed(lambda *args: _report(capsys, kubeconfig, *args))
+    assert api.objects("PolicyReport") == []
+
+
 def test_a_namespace_past_the_budget_is_split_between_objects() -> None:
     from webhook.audit.inputs import Document
     from webhook.audit.judge import judge, outcomes
     from webhook.policy import loader
     from webhook.view.snapshot import EMPTY_VIEW
-    from tests.support import POLICIES
+    from tests.support import assert_crashed, break_the_engine, invalid_policies
 
     policies = loader.load_directory(POLICIES)
     ledger = Ledger()

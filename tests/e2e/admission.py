@@ -61,8 +61,10 @@ def webhook_configurations(port: int) -> list[Object]:
 class Admission:
     """The gpu-admission server, its certificates and its registration."""
 
-    def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path, policies: Path, serve_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path, policies: Path,
+                 quota_window: float = QUOTA_WINDOW, serve_args: tuple[str, ...] = ()) -> None:
         self.apiserver, self.admin, self.folder, self.policies = apiserver, admin, folder, policies
+        self.quota_window = quota_window
         #: more `serve` options (e.g. --compiled)
         self.serve_args = serve_args
         folder.mkdir(parents=True, exist_ok=True)
@@ -161,7 +163,7 @@ class Admission:
             sys.executable, "-m", "webhook", "serve", "--policies", str(self.policies),
             "--tls-cert", str(self.cert_dir / "tls.crt"), "--tls-key", str(self.cert_dir / "tls.key"),
             "--host", "127.0.0.1", "--port", str(self.port), "--reload-interval", "0.5",
-            "--kubeconfig", str(self.folder / "server.kubeconfig"), "--quota-window", str(QUOTA_WINDOW), *self.serve_args,
+            "--kubeconfig", str(self.folder / "server.kubeconfig"), "--quota-window", str(self.quota_window), *self.serve_args,
         ], self.folder / "gpu-admission.log", env=env)
         deadline = time.monotonic() + timeout
         while self.get("/readyz")[0] != 200:

@@ -63,6 +63,7 @@ def admission(apiserver: ApiServer, admin: Kube, workdir: Path) -> Iterator[Admi
     shutil.copytree(POLICIES, policies)
     (policies / "e2e-quota.yaml").write_text(fixtures.QUOTA_POLICY)
     (policies / "e2e-burst.yaml").write_text(fixtures.BURST_POLICY)
+    (policies / "e2e-reserve.yaml").write_text(fixtures.RESERVE_POLICY)
     (policies / "e2e-audit.yaml").write_text(fixtures.AUDIT_POLICY)
     (policies / "e2e-exceptions.yaml").write_text(fixtures.EXCEPTION)
     deployed = Admission(apiserver, admin, workdir / "gpu-admission", policies)

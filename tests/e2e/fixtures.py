@@ -43,6 +43,19 @@ BURST_POLICY = _labelled_policy("e2e-burst", BURST_LABEL, "Pod", """\
         - {scope: team, max: 8}
 """)
 
+#: caps far enough from a burst that replicas reserve room under them (docs/quota.md, "Reservations"):
+#: 64 GPUs a namespace and a team
+RESERVE_LABEL = "e2e.gpu-admission.io/reserve"
+RESERVE_CAP = 64
+RESERVE_POLICY = _labelled_policy("e2e-reserve", RESERVE_LABEL, "Pod", f"""\
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {{scope: namespace, max: {RESERVE_CAP}}}
+        - {{scope: team, max: {RESERVE_CAP}}}
+""")
+
 #: a rule in audit mode in namespaces labelled for it: no pod may hold a GPU, which refuses nothing
 AUDIT_LABEL = "e2e.gpu-admission.io/audit"
 AUDIT_POLICY = _labelled_policy("e2e-audit", AUDIT_LABEL, "Pod", """\

@@ -25,10 +25,11 @@ import pytest
 from tests.e2e import replicas
 from tests.e2e.apiserver import ADMIN_TOKEN, ApiServer
 from tests.e2e.conftest import OPT_IN
-from tests.e2e.fixtures import BURST_LABEL, BURST_POLICY, ledger
+from tests.e2e.fixtures import BURST_LABEL, BURST_POLICY, RESERVE_CAP, RESERVE_LABEL, RESERVE_POLICY, ledger
 from tests.e2e.kube import Kube, eventually
 from tests.e2e.replicas import Replica, Replicas
 from tests.support import POLICIES
+from webhook.cluster import reservation
 
 CAP, REVIEWS, REPETITIONS = 8, 48, 20
 #: long enough that no burst outlasts it (a burst takes about a second), short enough to wait for
@@ -45,6 +46,7 @@ def cluster(apiserver: ApiServer, workdir: Path) -> Iterator[tuple[Kube, Replica
     policies = folder / "policies"
     shutil.copytree(POLICIES, policies)
     (policies / "e2e-burst.yaml").write_text(BURST_POLICY)
+    (policies / "e2e-reserve.yaml").write_text(RESERVE_POLICY)
     servers = Replicas(folder, policies, replicas.install(admin, own, folder), WINDOW)
     try:
         servers.start(3)
@@ -55,13 +57,13 @@ def cluster(apiserver: ApiServer, workdir: Path) -> Iterator[tuple[Kube, Replica
         own.cleanup()
 
 
-def _team(admin: Kube, servers: Replicas) -> tuple[str, list[str]]:
-    """A new team of two namespaces under the e2e-burst caps, known to every replica."""
+def _team(admin: Kube, servers: Replicas, label: str = BURST_LABEL) -> tuple[str, list[str]]:
+    """A new team of two namespaces under the e2e-burst caps (or those ``label`` selects), known to every replica."""
     team = f"vision-{uuid.uuid4().hex[:6]}"
     names = [f"e2e-replicas-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for name in names:
         admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": name, "labels": {OPT_IN: "true", BURST_LABEL: "on", "team": team}}})
+            "name": name, "labels": {OPT_IN: "true", label: "on", "team": team}}})
     want = len(admin.list("v1", "Namespace"))
     def known() -> bool:
         return all(r.metric('gpu_admission_cluster_objects{resource="namespaces"}', servers.context) == want
@@ -71,12 +73,13 @@ def _team(admin: Kube, servers: Replicas) -> tuple[str, list[str]]:
     return team, names
 
 
-def _burst(servers: Replicas, targets: list[Replica], namespaces: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """REVIEWS reviews at once, spread round-robin over ``targets``: (review, answer) pairs."""
-    reviews = [replicas.pod_review(namespaces[i % 2], f"p{i}") for i in range(REVIEWS)]
-    with ThreadPoolExecutor(REVIEWS) as pool:
+def _burst(servers: Replicas, targets: list[Replica], namespaces: list[str], count: int = REVIEWS,
+           prefix: str = "p") -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``count`` reviews at once, spread round-robin over ``targets``: (review, answer) pairs."""
+    reviews = [replicas.pod_review(namespaces[i % 2], f"{prefix}{i}") for i in range(count)]
+    with ThreadPoolExecutor(count) as pool:
         answers = list(pool.map(lambda i: replicas.post(targets[i % len(targets)], servers.context, reviews[i]),
-                                range(REVIEWS)))
+                                range(count)))
     return list(zip(reviews, answers))
 
 
@@ -142,3 +145,40 @@ def test_a_replica_killed_during_a_burst_overshoots_nothing_and_leaks_nothing_pa
     assert time.monotonic() - started <= WINDOW + 20
     released = sum(r.metric('gpu_admission_quota_releases_total{reason="unseen"}', servers.context) for r in survivors)
     assert released >= len(charged)
+
+
+def test_replicas_holding_reservations_never_pass_the_cap_and_a_killed_ones_room_comes_back(
+    cluster: tuple[Kube, Replicas]
+) -> None:
+    """Far from the cap (e2e-reserve: 64 GPUs) replicas admit against reservations (docs/quota.md). Spread
+    over them, a burst never passes the cap; a replica killed holding a reservation leaves it in the ledger
+    until the window has passed, then the others free it: nothing is held for ever."""
+    admin, servers = cluster
+
+    def reserved() -> float:
+        return sum(r.metric("gpu_admission_quota_reserved_charges_total", servers.context) for r in servers.running)
+
+    team, namespaces = _team(admin, servers, RESERVE_LABEL)
+    before = reserved()
+    answered = _burst(servers, servers.running[:], namespaces, RESERVE_CAP + 32)
+    assert not [a["error"] for _, a in answered if "error" in a]
+    admitted = {_uid(r) for r, a in answered if a["allowed"]}
+    refusals = [a["status"]["message"] for _, a in answered if not a["allowed"]]
+    assert len(admitted) <= RESERVE_CAP, len(admitted)
+    assert all(f"of {RESERVE_CAP}" in m for m in refusals), refusals[:3]
+    assert reserved() > before
+    # a new team: the victim admits a few reviews, from a reservation it holds, and dies
+    team, namespaces = _team(admin, servers, RESERVE_LABEL)
+    victim = servers.running[-1]
+    first = _burst(servers, [victim], namespaces, 4, prefix="v")
+    assert all(a["allowed"] for _, a in first), first
+    assert any(reservation.is_reservation(uid) for uid in ledger(admin, "team", team))
+    servers.kill(victim)
+    # the others never pass the cap: the victim's reviews and its reservation count
+    answered = _burst(servers, servers.running[:], namespaces, RESERVE_CAP + 16, prefix="s")
+    admitted = {_uid(r) for r, a in answered if a["allowed"]}
+    assert len(admitted) + len(first) <= RESERVE_CAP, len(admitted)
+    # the reviews' pods are never stored: every charge goes within the window, the victim's reservation too
+    eventually(lambda: not ledger(admin, "team", team), timeout=WINDOW + 30, what="every charge and reservation gone")
+    answered = _burst(servers, servers.running[:], namespaces, RESERVE_CAP + 16, prefix="t")
+    assert len({_uid(r) for r, a in answered if a["allowed"]}) <= RESERVE_CAP

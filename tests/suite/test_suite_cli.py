@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import POLICIES, REPO
+from tests.support import POLICIES, REPO, assert_crashed, break_the_engine
 from webhook import cli
 
 SUITE = POLICIES / ".tests"
@@ -116,6 +116,14 @@ def test_a_broken_test_file_exits_2_naming_file_document_and_field(tmp_path: Pat
     _write_test(tmp_path / "good", [{"resources": ["Deployment/ml-c/well-formed"], "verdict": "audit"}])
     code, _, err = _test(capsys, str(tmp_path / "good"))
     assert code == 2 and "spec.results[0]: Value error, an object's verdict is one of deny, warn, mutate, pass" in err, err
+
+
+def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    break_the_engine(monkeypatch)
+    _write_test(tmp_path, [{"resources": ["Deployment/ml-c/well-formed"], "verdict": "pass"}])
+    assert_crashed(lambda *args: _test(capsys, *args, str(tmp_path)))
 
 
 def test_update_writes_todays_results_keeping_comments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,18 +76,8 @@ def _output_options(g: argparse._ArgumentGroup) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One audit; expected failures become one line on stderr and an exit code."""
-    try:
-        return audit(args, sys.stdin, sys.stdout, sys.stderr)
-    except PolicyError:
-        raise  # the CLI prints every problem, with file and field, and exits 2
-    except ManifestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FOUND
-    except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        return crash.report(exc, args.debug)
+    return crash.guarded(lambda: audit(args, sys.stdin, sys.stdout, sys.stderr), args.debug,
+                         {ManifestError: EXIT_USAGE, ClusterError: EXIT_FOUND})  # fmt: skip
 
 
 def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:

@@ -30,7 +30,7 @@ from webhook.audit import cluster_source, connection, crash
 from webhook.audit.judge import Plan, judge, outcomes
 from webhook.audit.ledger import RESULTS, SELECTOR, Ledger
 from webhook.audit.report.policyreport import OPENREPORTS, WGPOLICY, ReportKinds
-from webhook.errors import ClusterError, PolicyError
+from webhook.errors import ClusterError
 from webhook.policy import loader
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -53,16 +53,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with collector.fewer_collections():
-            return report(args, sys.stdout, sys.stderr)
-    except PolicyError:
-        raise  # the CLI prints every problem, with file and field, and exits 2
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        return crash.report(exc, args.debug)
+    with collector.fewer_collections():
+        return crash.guarded(lambda: report(args, sys.stdout, sys.stderr), args.debug, {ClusterError: EXIT_FAILED})
 
 
 def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:

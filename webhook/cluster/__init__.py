@@ -3,8 +3,9 @@
 - :func:`load_api_client` finds the API server (kubeconfig, in-cluster, none);
 - :class:`ClusterIndex` lists and watches what the policies need and serves
   it as a :class:`webhook.view.protocol.ClusterView`;
-- the GPU quota ledger (``ledger*.py``, docs/quota.md) charges new pods to
-  their enforced GPU caps in the API server, shared by every replica.
+- the GPU quota ledger (``ledger*.py``, ``reservation.py``, docs/quota.md)
+  charges new pods to their enforced GPU caps in the API server, shared by
+  every replica (far from a cap, against room a replica reserved there).
 """
 
 from __future__ import annotations

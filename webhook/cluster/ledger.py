@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from webhook.cluster import ledger_object
+from webhook.cluster import ledger_object, reservation
 from webhook.cluster.ledger_object import Entry
 from webhook.cluster.ledger_store import LedgerStore
+from webhook.cluster.reservation import Reservations
 from webhook.cluster.session import ApiError
 from webhook.policy.charges import Charge, LedgerKey, Tally
 from webhook.policy.finding import Finding
@@ -70,6 +72,8 @@ class Ledger:
     def __init__(self, store: LedgerStore) -> None:
         self.store = store
         self.settings, self.metrics = store.settings, store.metrics
+        #: names this process's reservations (docs/quota.md): a new one for every start
+        self.replica = secrets.token_hex(5)
         self._writers: dict[LedgerKey, _Writer] = {}
 
     async def settle(self, charges: Sequence[Charge], dry_run: bool) -> Settlement:
@@ -107,15 +111,23 @@ class Ledger:
         for uid in uids:
             for key in self.store.ledgers_of(uid):
                 self._writer(key).release(uid, reason)
+            for writer in self._writers.values():
+                if uid in writer.reserved.unrecorded:  # admitted against a reservation, not recorded yet
+                    writer.release(uid, reason)
 
     def _writer(self, key: LedgerKey) -> _Writer:
         writer = self._writers.get(key)
         if writer is None:
-            writer = self._writers[key] = _Writer(self, key)
+            writer = self._writers[key] = _Writer(self, key, Reservations(self.replica, self.settings))
         return writer
 
     async def stop(self) -> None:
-        """Wait (briefly) for the writes under way."""
+        """Return the reservations, record what was admitted against them, and wait (briefly) for the
+        writes under way."""
+        for writer in self._writers.values():
+            writer.reserved.give_back()
+            writer.hurry = True
+            writer.kick()
         tasks = [w.task for w in self._writers.values() if w.task is not None and not w.task.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.budget)
@@ -127,72 +139,152 @@ class _Writer:
 
     ledger: Ledger
     key: LedgerKey
+    reserved: Reservations
     asks: list[_Ask] = field(default_factory=list)
     releases: dict[str, str] = field(default_factory=dict)  # uid → why
     task: asyncio.Task[None] | None = None
     #: why the last write failed, until one succeeds: what an admission that ran out of time is told
     failing: str = ""
+    #: loop time of the last write (what pods admitted against reservations wait for, at most
+    #: ``record_every`` after it), and the timer of the next
+    written: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+    #: write what is owed now (the process is stopping)
+    hurry: bool = False
 
     async def judge(self, charge: Charge, dry_run: bool, deadline: float) -> _Verdict:
+        if not dry_run and self.reserved.take(charge, self.ledger.store.now()):
+            self.ledger.metrics.reserved.inc()
+            self._record_soon()
+            return _Verdict(charged=True)
         loop = asyncio.get_running_loop()
         ask = _Ask(charge, dry_run, deadline, loop.create_future())
         self.asks.append(ask)
-        self._kick()
+        self.kick()
         try:
             return await asyncio.wait_for(asyncio.shield(ask.future), max(deadline - loop.time(), 0))
         except TimeoutError:
             return _Verdict(unavailable=_late(self.ledger.settings.budget, self.failing))
 
     def release(self, uid: str, reason: str) -> None:
+        writing = self.task is not None and not self.task.done()
+        if self.reserved.drop(uid):
+            self.ledger.metrics.releases.labels(reason).inc()
+            if not writing:
+                return  # never recorded: its GPUs go back with the next write, which sets what is left
+        # (a write under way may be recording it: released after it, if it did)
         self.releases[uid] = reason
-        self._kick()
+        self.kick()
 
-    def _kick(self) -> None:
+    def kick(self) -> None:
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
 
+    def _record_soon(self) -> None:
+        """Write the charges of pods admitted against reservations ``record_every`` after the last write:
+        a burst is recorded in a few writes, not one per pod."""
+        if self.timer is not None or (self.task is not None and not self.task.done()):
+            return  # (the writer records them when it is done)
+        loop = asyncio.get_running_loop()
+        self.timer = loop.call_at(self.written + self.ledger.settings.record_every, self._recording)
+
+    def _recording(self) -> None:
+        self.timer = None
+        self.kick()
+
+    def _due(self) -> bool:
+        """Whether a write is owed for the reservations alone: pods to record, or lines of ours in the
+        ledger that no longer stand for room held here (given back, used up, past their life)."""
+        if self.reserved.unrecorded:
+            return True
+        store = self.ledger.store
+        recent = store.recent(self.key)
+        if recent is None:
+            return False
+        now = store.now()
+        live = {r.uid for r in self.reserved.held.values() if now < r.until and r.left > 0}
+        return any(uid.startswith(self.reserved.prefix) and uid not in live for uid in recent.charges)
+
     async def _run(self) -> None:
-        while self.asks or self.releases:
+        loop = asyncio.get_running_loop()
+        while self.asks or self.releases or self._due():
+            if not (self.asks or self.releases or self.hurry) and \
+                    loop.time() < self.written + self.ledger.settings.record_every:
+                if self.timer is None:
+                    self.timer = loop.call_at(self.written + self.ledger.settings.record_every, self._recording)
+                return
             asks, self.asks = self.asks, []
             releases, self.releases = self.releases, {}
             try:
-                await self._settle(asks, releases)
+                done = await self._settle(asks, releases)
             except Exception:  # noqa: BLE001 - a bug must not leave admissions waiting
                 log.exception("the GPU quota ledger of %s failed", self.key.describe())
                 _answer(asks, _Verdict(unavailable="internal error (see gpu-admission's logs)"))
+                done = False
+            if not done and not self.asks and not self.releases:
+                # a background write failed: tried again at the next beat (never in a busy loop)
+                self.written = loop.time() + 1.0
+                self.timer = loop.call_at(self.written, self._recording)
+                return
 
-    async def _settle(self, asks: list[_Ask], releases: dict[str, str]) -> None:
+    async def _settle(self, asks: list[_Ask], releases: dict[str, str]) -> bool:
+        """Judge and write one batch; False when a write owed (a release, a record) could not be made."""
         loop = asyncio.get_running_loop()
         store = self.ledger.store
+        reserved = self.reserved
         fresh, attempt = False, 0
         while True:
             asks = _pending(asks, loop.time(), _late(store.settings.budget, self.failing))
-            if not asks and not releases:
-                return
+            if not asks and not releases and not self._due():
+                return True
             timeout = max((a.deadline for a in asks), default=loop.time() + BACKGROUND_TIMEOUT) - loop.time()
             try:
                 obj, recent = await store.current(self.key, fresh, timeout)
                 settled = await store.settled(self.key, recent.generation, timeout) if recent.generation else None
+                # from here to the write, nothing awaits: what is admitted against reservations meanwhile
+                # takes from what this write leaves them (reservation.py)
                 held = ledger_object.holdings(recent, settled)
                 released = [uid for uid in releases if uid in held]
-                tally = Tally(self.key, {u: e.holding for u, e in held.items() if u not in released})
-                verdicts, added, confirmed = _judge(tally, asks, store.now())
-                if not added and not released and not (confirmed or fresh):
+                ours = reservation.mine(held, reserved.prefix)
+                now = store.now()
+                lines = reserved.lines(ours, now)
+                records = dict(reserved.unrecorded)
+                base = {u: e for u, e in held.items() if u not in released and u not in ours}
+                base.update({u: e for u, e in records.items() if u not in base})
+                tally = Tally(self.key, {u: e.holding for u, e in {**base, **lines}.items()})
+                verdicts, added, confirmed = _judge(tally, asks, now)
+                if lines and any(v.denials for _, v in verdicts):
+                    # a pod refused while this replica holds room: the room is given back first
+                    reserved.give_back()
+                    lines = {}
+                    tally = Tally(self.key, {u: e.holding for u, e in base.items()})
+                    verdicts, added, confirmed = _judge(tally, asks, now)
+                grants = reserved.grants(tally, [a.charge for a, v in verdicts if v.charged], now)
+                lines.update({g.uid: reserved.line_of(g) for g in grants})
+                charges = {u: e for u, e in recent.charges.items() if u not in released and u not in ours}
+                charges.update({u: e for u, e in records.items() if u not in held})
+                charges.update(added)
+                charges.update(lines)
+                changed = bool(released) or charges != recent.charges
+                if not changed and not (confirmed or fresh):
                     fresh = True  # a refusal, or a dry run's answer, only from a state just read
                     continue
-                if added or released:
+                if changed:
                     # the recent part as it was judged, or refused if anyone changed it since; a release
                     # is also marked (a charge being settled meanwhile is not counted there either)
-                    charges = {u: e for u, e in recent.charges.items() if u not in released}
-                    charges.update(added)
                     await store.write(obj, charges, recent.released | set(released), timeout=timeout)
+                    self.written = loop.time()
                     for uid in released:
                         store.metrics.releases.labels(releases[uid]).inc()
+                reserved.recorded(records)
+                reserved.granted(grants, now)
+                if grants:  # returned once past its life, even if nothing else is written by then
+                    loop.call_later(store.settings.life + 0.05, self.kick)
                 self.failing = ""
                 for ask, verdict in verdicts:
                     if not ask.future.done():
                         ask.future.set_result(verdict)
-                return
+                return True
             except ApiError as exc:
                 self.failing = _reason(exc)
                 if exc.status == 409:
@@ -206,19 +298,20 @@ class _Writer:
                     fresh = True
                 else:
                     _answer(asks, _Verdict(unavailable=_reason(exc)))
-                    if releases:
-                        log.warning("releasing charges from %s failed: %s", self.key.describe(), exc)
-                    return
+                    if releases or reserved.unrecorded:
+                        log.warning("releasing or recording charges in %s failed: %s", self.key.describe(), exc)
+                    return False
                 attempt += 1
                 if not asks and attempt >= 8:
-                    log.warning("releasing charges from %s failed %d times: %s", self.key.describe(), attempt, exc)
-                    return
+                    log.warning("releasing or recording charges in %s failed %d times: %s", self.key.describe(),
+                                attempt, exc)
+                    return False
                 pause = store.pause(attempt)
                 if asks and loop.time() + pause >= max(a.deadline for a in asks):
                     _answer(asks, _Verdict(unavailable=_reason(exc)))
                     asks = []
-                    if not releases:
-                        return
+                    if not releases and not self._due():
+                        return True
                 await asyncio.sleep(pause)
 
 

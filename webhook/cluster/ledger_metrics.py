@@ -36,6 +36,9 @@ class LedgerMetrics:
                             "How long a charge may wait for its pod to appear before it is released.",
                             registry=registry)
         self.window.set(window)
+        self.reserved = Counter(f"{PREFIX}_reserved_charges",
+                                "Pods admitted against a reservation of this replica, their charges recorded after.",
+                                registry=registry)
         self.unavailable = Counter(f"{PREFIX}_ledger_unavailable",
                                    "Pods admitted or refused without the ledger (clusterUnavailable decided), by decision.",
                                    ["decision"], registry=registry)

@@ -18,6 +18,22 @@ class LedgerSettings:
     recount: float = 300.0
     #: how long admission may spend on the ledger (below the validating webhook's timeoutSeconds, 5 s in deploy/)
     budget: float = 3.0
+    #: reservations (docs/quota.md): at most this many GPUs of one shape held by one replica, granted
+    #: only when at least ``reserve_min`` fit in a ``reserve_share``-th of the room a cap leaves
+    #: (so only far from a cap); 0: none, every pod's charge is written before its answer
+    reserve_max: int = 64
+    reserve_min: int = 8
+    reserve_share: int = 4
+    #: seconds a reservation admits pods (then returned and granted anew): well inside the window
+    reserve_life: float = 10.0
+    #: seconds between the writes that record the charges of pods admitted against reservations
+    record_every: float = 0.5
+
+    @property
+    def life(self) -> float:
+        """How long a reservation admits pods: at most a quarter of the window, after which (since it was
+        granted) another replica may free it."""
+        return min(self.reserve_life, self.window / 4)
 
     @property
     def sweep(self) -> float:

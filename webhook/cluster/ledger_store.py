@@ -45,6 +45,8 @@ class LedgerStore:
         #: pod uid → the ledgers holding it
         self._where: dict[str, set[LedgerKey]] = {}
         self._held: dict[LedgerKey, frozenset[str]] = {}
+        #: charges a write of each ledger's recent part adds, on average (how often to settle: ledger_upkeep)
+        self._per_write: dict[LedgerKey, float] = {}
 
     # ------------------------------------------------------------ what is known
 
@@ -63,6 +65,10 @@ class LedgerStore:
         """How many charges the ledger's settled part holds, as last known."""
         settled = self._cached(key, SETTLED)
         return len(settled.charges) if settled is not None else 0
+
+    def per_write(self, key: LedgerKey) -> float:
+        """How many charges a write of the ledger's recent part adds, on average lately."""
+        return self._per_write.get(key, 1.0)
 
     def _cached(self, key: LedgerKey, part: str) -> Part | None:
         found = self._parts.get(ledger_object.name_of(key, part))
@@ -167,6 +173,9 @@ class LedgerStore:
         assert old is not None
         if old.part == RECENT:
             epoch = old.epoch + 1
+            added = len(charges.keys() - old.charges.keys())
+            if added:
+                self._per_write[old.key] = 0.8 * self.per_write(old.key) + 0.2 * added
         elif epoch is None:
             epoch = old.epoch
         written = await self.session.request("PUT", self._path(name),

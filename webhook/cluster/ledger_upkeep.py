@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from webhook.cluster import kinds, ledger_object, recount
+from webhook.cluster import kinds, ledger_object, recount, reservation
 from webhook.cluster.index import ClusterIndex
 from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
@@ -87,9 +87,13 @@ class Upkeep:
         now = self._loop.time()
         next_sweep, next_recount = now + settings.sweep, now + settings.recount
         while True:
-            # replicas tick out of step: fewer of them try to settle one ledger at the same moment
+            # replicas tick out of step: fewer of them try to settle one ledger at the same moment.
+            # (asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+            # arrives as the event is set, as the first lists do at startup, and this loop ran on
+            # for ever, holding up the shutdown)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._recount_due.wait(), min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2))
+                async with asyncio.timeout(min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2)):
+                    await self._recount_due.wait()
             try:
                 await self.settle()
                 if self._loop.time() >= next_sweep:
@@ -138,8 +142,13 @@ class Upkeep:
         finished: set[str] = set()
         overdue: dict[str, Holding] = {}
         in_flight = 0
-        for entries in ledger.store.holdings().values():
+        lapsed: set[LedgerKey] = set()
+        for key, entries in ledger.store.holdings().items():
             for uid, entry in entries.items():
+                if reservation.is_reservation(uid):
+                    if now - entry.at >= window:
+                        lapsed.add(key)  # a replica that is gone held it: freed by a recount
+                    continue
                 pod = self.index.pod(entry.holding.namespace, entry.holding.name)
                 if pod is not None and recount.uid_of(pod) == uid:
                     if not recount.live(pod):
@@ -154,6 +163,11 @@ class Upkeep:
         for uid, holding in overdue.items():
             if not await self._exists(holding.namespace, holding.name, uid):
                 ledger.release_pods([uid], "unseen")
+        for key in lapsed:
+            try:
+                await self._recount(key)
+            except ApiError as exc:
+                log.warning("freeing the reservations of %s failed: %s", key.describe(), exc)
 
     async def _exists(self, namespace: str, name: str, uid: str) -> bool:
         """Whether the pod exists and holds its GPUs, read from the API server (the view may lag)."""
@@ -187,7 +201,11 @@ class Upkeep:
             expected = await self.seed(key)
             now = store.now()
             added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in held}
-            removed = {uid for uid, entry in held.items() if uid not in expected and self._seen_live(uid, entry)}
+            # a reservation a window old is of a replica that is gone (a live one returns its own well
+            # before): the pods it admitted are stored by now, so in ``expected``
+            removed = {uid for uid, entry in held.items()
+                       if (uid not in expected and self._seen_live(uid, entry))
+                       or (reservation.is_reservation(uid) and now - entry.at >= self.ledger.settings.window)}
             if not added and not removed:
                 return
             charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
@@ -230,12 +248,13 @@ class Upkeep:
 
 
 def _batch(store: LedgerStore, key: LedgerKey) -> int:
-    """How many charges to settle at once. Admission rewrites the recent part for every batch of
-    charges (its cost grows with the charges it holds: half a batch on average), and each settling
-    rewrites the settled part (its cost grows with the pods the ledger holds, N): both together are
-    least for a batch of about sqrt(2 N) (and a write's fixed cost), 32 at the least."""
+    """How many charges to settle at once. Every write of the recent part rewrites what it holds (half a
+    batch on average), and each settling rewrites the settled part (its cost grows with the pods the
+    ledger holds, N). Per charge, with w charges added by a write of the recent part (one per pod when
+    each pod's charge is written before its answer; dozens when pods are admitted against reservations
+    and recorded in batches), both together are least for a batch of about sqrt(2 N w): 32 at the least."""
     settled = store.settled_size(key)
-    return max(SETTLE_BATCH, math.isqrt(2 * settled))
+    return max(SETTLE_BATCH, math.isqrt(int(2 * settled * max(store.per_write(key), 1.0))))
 
 
 class PodFollower:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -133,9 +133,12 @@ def _registry_ctx(settings: ResolverSettings) -> Callable[[web.Application], Asy
     return ctx
 
 
-def _reload_policies(app: web.Application) -> None:
+async def _reload_policies(app: web.Application) -> None:
     store, metrics = app[keys.STORE], app[keys.METRICS]
-    result = store.reload_if_changed()
+    # the stat, read, parse and validation in a worker thread: a large policy directory, or a slow
+    # volume, is no request's wait; the swap after it on the loop. (_watch runs one check at a time.)
+    change = await asyncio.to_thread(store.read_change)
+    result = None if change is None else store.use(change)
     metrics.policy_files_loadable.set(0 if store.last_error else 1)
     if result is None:
         return
@@ -143,15 +146,17 @@ def _reload_policies(app: web.Application) -> None:
     metrics.policies_loaded.set(len(store.current.policies))
 
 
-def _reload_tls(app: web.Application, tls: ReloadingTLS) -> None:
+async def _reload_tls(app: web.Application, tls: ReloadingTLS) -> None:
     metrics = app[keys.METRICS]
     try:
-        changed = tls.reload_if_changed()
+        # the stat, read, check and the new context's build in a worker thread (a slow volume or
+        # OpenSSL's parse is no handshake's wait); the swap after it on the loop. One at a time (_watch).
+        rotation = await asyncio.to_thread(tls.read_change)
     except CertificateError as exc:
         log.error("new certificate not loaded, keeping the one in force: %s", exc)
         metrics.tls_reloads.labels("error").inc()
         return
-    if changed:
+    if rotation is not None and tls.use(rotation):
         metrics.tls_reloads.labels("success").inc()
         _export_cert_expiry(app, tls)
 
@@ -198,14 +203,14 @@ def _unsynced(index: ClusterIndex) -> str:
     return ", ".join(sorted(r for r in index.resources if not index.synced([r])))
 
 
-def _watch(interval: float, check: Callable[[], None]) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup_ctx entry that runs ``check`` every ``interval`` seconds until shutdown."""
+def _watch(interval: float, check: Callable[[], Awaitable[None]]) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx entry that runs ``check`` every ``interval`` seconds until shutdown, one at a time."""
 
     async def loop() -> None:
         while True:
             await asyncio.sleep(interval)
             try:
-                check()
+                await check()
             except Exception:  # a watcher must outlive any one bad check
                 log.exception("background check failed")
 

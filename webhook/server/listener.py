@@ -384,7 +384,14 @@ async def start(app: web.Application, config: ListenerConfig, ssl_context: ssl.S
     assert runner.server is not None
     runner.server.request_handler = handlers.dispatch(app)  # (before the site makes its first connection)
     site = GuardedSite(runner, config, ssl_context)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        # (a port taken, say): what the startup began (watches, the quota ledger's writers, worker
+        # threads) is stopped here, in order, while the loop still runs, not left to the loop's
+        # teardown, which cancels the tasks first and may wait on what they were to stop
+        await runner.cleanup()
+        raise
     return Listener(runner, site)
 
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,9 +55,26 @@ def directory_digest(directory: Path, compiled: Path | None = None) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Change:
+    """A change of the files, read whole once it stayed put: the set to put in force, or why not."""
+
+    stamp: tuple[tuple[str, int, int, int], ...]
+    #: None: the change is refused
+    policy_set: loader.PolicySet | None
+    error: str = ""
+    #: files in the directory not read as policies (named in the log)
+    skipped: tuple[Path, ...] = ()
+
+
 @dataclass
 class PolicyStore:
-    """Holds the last good PolicySet; a bad change is refused and the old set stays."""
+    """Holds the last good PolicySet; a bad change is refused and the old set stays.
+
+    A reload is two steps so that the server reads no file on its event loop:
+    ``read_change`` (the disk: stat, read, parse, validate; in a worker thread)
+    and ``use`` (the swap and its log lines: no I/O). One reload at a time.
+    """
 
     directory: Path
     #: a compiled output (``serve --compiled``) whose rule parts kube-apiserver runs: skipped here
@@ -71,17 +89,25 @@ class PolicyStore:
 
     def __post_init__(self) -> None:
         self._stamp = directory_stamp(self.directory, self.compiled)
-        self._use(loader.load_enforcing(self.directory))
-        _say_skipped(self.directory)
+        self._use(self._completed(loader.load_enforcing(self.directory)))
+        _say_skipped(self.directory, loader.skipped_files(self.directory))
+
+    def _completed(self, policy_set: loader.PolicySet) -> loader.PolicySet:
+        """The set as it is put in force: less what the compiled output runs (reads its record)."""
+        return policy_set if self.compiled is None else _offloaded(policy_set, self.compiled)
 
     def _use(self, policy_set: loader.PolicySet) -> None:
-        if self.compiled is not None:
-            policy_set = _offloaded(policy_set, self.compiled)
         self.current, self.last_error = policy_set, ""
         self.known_kinds = frozenset({"Pod", *(kind for _, kind in policy_set.kinds)})
 
     def reload_if_changed(self) -> bool | None:
         """True: reloaded; False: the change was refused; None: nothing (yet) to load."""
+        change = self.read_change()
+        return None if change is None else self.use(change)
+
+    def read_change(self) -> Change | None:
+        """The files' change once it has stayed put, read and validated; None: nothing (yet) to load.
+        Blocking (the disk): the server calls it in a worker thread."""
         stamp = directory_stamp(self.directory, self.compiled)
         if stamp == self._stamp:
             self._pending = ""
@@ -99,19 +125,25 @@ class PolicyStore:
         if directory_digest(self.directory, self.compiled) != digest:
             self._pending = ""  # changed while loading: start over
             return None
-        self._stamp, self._pending = stamp, ""
+        self._pending = ""
         if new is None:
-            self.last_error = error
-            log.error("policy change refused, keeping the policies in force:\n%s", error)
+            return Change(stamp, None, error)
+        return Change(stamp, self._completed(new), skipped=tuple(loader.skipped_files(self.directory)))
+
+    def use(self, change: Change) -> bool:
+        """Put ``change`` in force, or keep the set in force if it is refused (False); no I/O."""
+        self._stamp = change.stamp
+        if change.policy_set is None:
+            self.last_error = change.error
+            log.error("policy change refused, keeping the policies in force:\n%s", change.error)
             return False
-        self._use(new)
-        log.info("policies reloaded: %d policies (%s)", len(new.policies), new.fingerprint)
-        _say_skipped(self.directory)
+        self._use(change.policy_set)
+        log.info("policies reloaded: %d policies (%s)", len(change.policy_set.policies), change.policy_set.fingerprint)
+        _say_skipped(self.directory, change.skipped)
         return True
 
 
-def _say_skipped(directory: Path) -> None:
-    skipped = loader.skipped_files(directory)
+def _say_skipped(directory: Path, skipped: Sequence[Path]) -> None:
     if skipped:
         log.warning("not read as policies (only .yaml and .yml files are): %s",
                     ", ".join(str(p.relative_to(directory)) for p in skipped))

@@ -8,6 +8,10 @@ reference assignment: no handshake ever sees the new certificate with the
 old key. Connections already open keep their session. A pair that does not
 load (say the key is written before the certificate) is left for the next
 check and the old pair stays in force.
+
+A check is two steps so that the server touches no file on its event loop:
+``read_change`` (stat, read, check, build the context: blocking, in a worker
+thread) and ``use`` (the swap and its log line: no I/O, on the loop).
 """
 
 from __future__ import annotations
@@ -46,6 +50,17 @@ class Pair:
     client_ca: bytes | None
     not_after: float
     client_ca_not_after: float
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """Changed files, read and checked: the context that serves their pair, or why they were not readable."""
+
+    stamp: tuple[tuple[int, int, int], ...]
+    #: the new pair and the context built whole from it; None: the files could not be stat'ed
+    pair: Pair | None
+    context: ssl.SSLContext | None
+    unreadable: str = ""
 
 
 @dataclass
@@ -113,20 +128,29 @@ class ReloadingTLS:
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
 
-    def reload_if_changed(self) -> bool:
-        """Load the files again if they changed; True when a new pair is in force."""
+    def read_change(self) -> Rotation | None:
+        """The files' new pair with its context, once they changed; None: unchanged.
+        Raises CertificateError for a pair that does not load (the pair in force stays).
+        Blocking (the disk, OpenSSL): the server calls it in a worker thread, one at a time."""
         try:
             stamp = _stamp(self._paths())
         except OSError as exc:
-            log.warning("certificate files not readable, keeping the loaded pair: %s", exc)
-            return False
+            return Rotation((), None, None, str(exc))
         if stamp == self._stamp:
+            return None
+        pair = self._read()
+        # the stamp is taken before the read: a change during it shows at the next check
+        return Rotation(stamp, pair, self._build(pair))
+
+    def use(self, rotation: Rotation) -> bool:
+        """Put ``rotation``'s pair in force (one reference assignment: a handshake gets the old
+        context or the new one, whole); False: the files were not readable. No I/O."""
+        if rotation.pair is None or rotation.context is None:
+            log.warning("certificate files not readable, keeping the loaded pair: %s", rotation.unreadable)
             return False
-        pair = self._read()  # raises, leaving the pair in force alone
-        self.current = self._build(pair)
-        self.not_after, self.client_ca_not_after = pair.not_after, pair.client_ca_not_after
-        # taken before the read: a change during it shows at the next check
-        self._stamp = stamp
+        self.current = rotation.context
+        self.not_after, self.client_ca_not_after = rotation.pair.not_after, rotation.pair.client_ca_not_after
+        self._stamp = rotation.stamp
         log.info("serving certificate reloaded from %s", self.cert)
         return True
 

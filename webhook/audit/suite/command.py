@@ -39,11 +39,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with collector.fewer_collections():
-            return test(args, sys.stdout, sys.stderr)
-    except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
-        return crash.report(exc, args.debug)
+    with collector.fewer_collections():
+        return crash.guarded(lambda: test(args, sys.stdout, sys.stderr), args.debug, {})
 
 
 def test(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
