@@ -3,7 +3,10 @@
 Every admission runs through these modules: compiled, an evaluation costs
 about half of its interpreted time (docs/performance.md). The rest (the
 pydantic settings, the cluster index, the server and CLI shells) stays
-interpreted. setup.py reads ``MODULES`` without importing the package, so
+interpreted, but for what every admission runs past the engine:
+``webhook/review.py`` (the review read and answered), ``webhook/log_line.py``
+(the line per admission) and ``webhook/server/metrics.py`` (the requests
+counted). setup.py reads ``MODULES`` without importing the package, so
 this file imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
@@ -66,6 +69,9 @@ MODULES = (
     "webhook.policy.rules.spread_replicas",
     "webhook.policy.rules.tolerations",
     "webhook.policy.rules.training_locality",
+    "webhook.review",
+    "webhook.log_line",
+    "webhook.server.metrics",
 )
 
 

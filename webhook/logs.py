@@ -18,7 +18,6 @@ the one line per admission (``Output.fields``) no ``LogRecord`` either.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -26,44 +25,17 @@ import traceback
 from collections.abc import Mapping
 from typing import Any, Final
 
-import orjson
 from aiohttp import http_exceptions
 
+from webhook.log_line import MAX_MESSAGE_CHARS, Clock, cut, json_line
 from webhook.log_output import BATCH_SECONDS, LogOutput
 
-MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 8000
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 FORMATS = ("auto", "json", "text")
 _STDERR = 2
 #: seconds ``Output.close`` waits for a stalled output at exit before giving up its lines
 CLOSE_TIMEOUT = 2.0
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
-
-
-class _Clock:
-    """Record times as text, the part down to the second made once a second and the milliseconds
-    looked up (a datetime per line cost a microsecond, and formatting the milliseconds as much again).
-    ``utc``: ISO 8601 in UTC; else local time as logging's ``asctime``."""
-
-    def __init__(self, utc: bool) -> None:
-        self._utc = utc
-        self._cache = (-1, "")  # (second, its text): one tuple, so threads never see half an update
-        self._millis = tuple((".%03d+00:00" if utc else ",%03d") % n for n in range(1000))
-
-    def text(self, created: float) -> str:
-        second = int(created)
-        cached, prefix = self._cache
-        if second != cached:
-            if self._utc:
-                prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            else:
-                prefix = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-            self._cache = (second, prefix)
-        return prefix + self._millis[int((created - second) * 1000)]
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -75,7 +47,7 @@ def _error(record: logging.LogRecord) -> tuple[str, str] | None:
         return None
     exc = record.exc_info[1]
     text = "".join(traceback.format_exception(*record.exc_info))
-    return _cut(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS), _cut(text, MAX_TRACEBACK_CHARS)
+    return cut(f"{type(exc).__name__}: {exc}", MAX_MESSAGE_CHARS), cut(text, MAX_TRACEBACK_CHARS)
 
 
 class JsonFormatter(logging.Formatter):
@@ -83,44 +55,26 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clock = _Clock(utc=True)
+        self._clock = Clock(utc=True)
 
     def format(self, record: logging.LogRecord) -> str:
         return self.line(record).decode().rstrip("\n")
 
     def line(self, record: logging.LogRecord) -> bytes:
         """The record's line, newline included."""
-        entry = self._entry(record.created, record.levelname, record.name, record.getMessage(), _extras(record))
+        fields = _extras(record)
         error = _error(record)
         if error is not None:
-            entry["error"], entry["traceback"] = error
-        return _dumps(entry)
+            fields["error"], fields["traceback"] = error
+        return self.fields_line(record.created, record.levelname, record.name, record.getMessage(), fields)
 
     def fields_line(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> bytes:
         """What ``line`` gives for a record of these attributes and ``extra=fields``, without the record."""
-        return _dumps(self._entry(created, level, logger, msg, fields))
-
-    def _entry(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        if len(msg) > MAX_MESSAGE_CHARS:
-            msg = _cut(msg, MAX_MESSAGE_CHARS)
-        return {"time": self._clock.text(created), "level": _LOWER.get(level) or level.lower(), "logger": logger, "msg": msg, **fields}
+        return json_line(self._clock.text(created), _LOWER.get(level) or level.lower(), logger, msg, fields)
 
 
 _LOWER: Final = {name: name.lower() for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 _NAMES: Final = {getattr(logging, name): name for name in _LOWER}
-
-
-def _dumps(entry: dict[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:  # a lone surrogate (orjson writes only valid UTF-8), a key that is no string
-        pass
-    try:
-        return (json.dumps(entry, ensure_ascii=True, default=str) + "\n").encode()
-    except (ValueError, TypeError, RecursionError) as exc:  # a field nested past any reason
-        short = {k: entry[k] for k in ("time", "level", "logger", "msg")}
-        short["unlogged_fields"] = f"{type(exc).__name__}: {sorted(map(str, entry))}"
-        return (json.dumps(short, ensure_ascii=True, default=str) + "\n").encode()
 
 
 class TextFormatter(logging.Formatter):
@@ -129,7 +83,7 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clock = _Clock(utc=False)
+        self._clock = Clock(utc=False)
 
     def format(self, record: logging.LogRecord) -> str:
         return self.line(record).decode().rstrip("\n")
@@ -145,7 +99,7 @@ class TextFormatter(logging.Formatter):
         return self._text(created, level, logger, msg, fields).encode("ascii", "backslashreplace") + b"\n"
 
     def _text(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> str:
-        text = f"{self._clock.text(created)} {level} {logger}: {_cut(msg, MAX_MESSAGE_CHARS)}"
+        text = f"{self._clock.text(created)} {level} {logger}: {cut(msg, MAX_MESSAGE_CHARS)}"
         if not fields:
             return text
         return text + " [" + " ".join(f"{key}={_plain(value)}" for key, value in fields.items()) + "]"
@@ -154,7 +108,7 @@ class TextFormatter(logging.Formatter):
 def _plain(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
-    return _cut(str(value), 200)
+    return cut(str(value), 200)
 
 
 class Output(logging.Handler):
@@ -184,7 +138,7 @@ class Output(logging.Handler):
         except Exception as exc:  # a bad format string or argument: say so, never a traceback on stderr
             line = self.formatter.fields_line(
                 record.created, "ERROR", record.name, f"unformattable log record: {type(exc).__name__}: {exc}",
-                {"template": _cut(str(record.msg), 200)},
+                {"template": cut(str(record.msg), 200)},
             )
         self.lines.write(line)
 
@@ -223,7 +177,7 @@ class ProtocolErrors(logging.Filter):
 
 
 def _short(exc: http_exceptions.HttpProcessingError) -> str:
-    return _cut(" ".join(str(exc.message or exc).split()), 200)
+    return cut(" ".join(str(exc.message or exc).split()), 200)
 
 
 def quiet_protocol_errors() -> None:

@@ -5,20 +5,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion11
 
-from webhook import review
+from webhook import log_line, review
 from webhook.errors import RequestBodyError, ReviewError
 from webhook.logs import Output
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
-from webhook.registry.resolver import unknown_images
+from webhook.registry.resolver import Resolver, unknown_images
 from webhook.server import charging, evaluation, keys
 from webhook.server.body import read_body
+from webhook.server.limits import Limits
+from webhook.server.metrics import Metrics
+from webhook.server.policies import PolicyStore
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +31,34 @@ log = logging.getLogger(__name__)
 ENDPOINTS: dict[str, Phase] = {"/mutate": "mutate", "/validate": "validate"}
 
 
+class Served(NamedTuple):
+    """What every admission reads of the application's state, read once: each ``app[key]`` is a
+    Python call (~300 instructions), and an admission made eight. Set by the time the app has
+    started (its cleanup contexts put the view and the resolver in place), and not changed after."""
+
+    app: web.Application
+    metrics: Metrics
+    limits: Limits
+    store: PolicyStore
+    view: keys.ViewGetter
+    resolver: Resolver | None
+    log_output: Output | None
+
+
+def served(app: web.Application) -> Served:
+    """The state admissions read, from a started ``app``."""
+    return Served(
+        app, app[keys.METRICS], app[keys.LIMITS], app[keys.STORE], app[keys.VIEW], app.get(keys.RESOLVER),
+        app.get(keys.LOG_OUTPUT),
+    )
+
+
 async def mutate(request: web.Request) -> web.StreamResponse:
-    return await admit(request.app, request, "/mutate")
+    return await admit(served(request.app), request, "/mutate")
 
 
 async def validate(request: web.Request) -> web.StreamResponse:
-    return await admit(request.app, request, "/validate")
+    return await admit(served(request.app), request, "/validate")
 
 
 def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
@@ -41,13 +67,13 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
     health and metrics endpoints). Every admission request passes here: aiohttp's router, its
     match info and its response signal cost ~5% of a request's CPU. The app has no middleware."""
     fallback, draining = app._handle, app[keys.DRAINING]
-    endpoints = ENDPOINTS
+    endpoints, state = ENDPOINTS, served(app)
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.method == "POST" and "Expect" not in request.headers:
             path = request.path
             if path in endpoints:
-                response = await admit(app, request, path)
+                response = await admit(state, request, path)
                 if draining.is_set():  # (what app.py's close_when_draining does for the router's answers)
                     response.force_close()
                 if type(response) is Answer:
@@ -58,11 +84,11 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
     return handle
 
 
-async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -> web.StreamResponse:
+async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.StreamResponse:
     """Read → decode → evaluate → encode one AdmissionReview sent to ``endpoint`` (/mutate, /validate)."""
     started = time.perf_counter()
     phase = ENDPOINTS[endpoint]
-    metrics, limits = app[keys.METRICS], app[keys.LIMITS]
+    metrics, limits = state.metrics, state.limits
     try:
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
         objects = _count_objects(body, limits.max_objects)
@@ -81,23 +107,24 @@ async def admit(app: web.Application, request: web.BaseRequest, endpoint: str) -
         metrics.count_request(endpoint, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": endpoint})
         return _refuse(400, str(exc))
-    resolver = app.get(keys.RESOLVER)
+    resolver = state.resolver
     if resolver is not None:  # waits at most its budget; the rest resolves in the background
         await resolver.prefetch(unknown_images(parsed.request.object))
-    args = (app[keys.STORE].current, parsed, app[keys.VIEW](), phase, limits, objects)
+    store = state.store
+    args = (store.current, parsed, state.view(), phase, limits, objects)
     if len(body) >= limits.offload_bytes:
-        outcome = await evaluation.decide_off_loop(app[keys.EXECUTOR], *args)
+        outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], *args)
     else:
         outcome = evaluation.decide(*args)
     if outcome.refused in ("limit", "deadline"):
         metrics.reject(outcome.refused)
     decision = outcome.decision
     if decision.charges:  # a new pod under enforced GPU caps: charged to the ledger before it is allowed
-        ledger = app.get(keys.LEDGER)
+        ledger = state.app.get(keys.LEDGER)
         if ledger is not None:
             decision = await charging.settle(ledger, parsed.request, decision)
     decision, payload = _answer(parsed, decision, phase, limits.max_patch_bytes)
-    _observe(app, endpoint, parsed, decision, outcome.refused)
+    _observe(state, endpoint, parsed, decision, outcome.refused)
     metrics.observe_latency(endpoint, time.perf_counter() - started)
     return _json(payload)
 
@@ -204,15 +231,15 @@ def _answer(parsed: review.Review, decision: Decision, phase: Phase, max_patch_b
     return decision, review.build_response(parsed, decision, mutating=mutating)
 
 
-def _observe(app: web.Application, endpoint: str, parsed: review.Review, decision: Decision, refused: str) -> None:
-    metrics = app[keys.METRICS]
+def _observe(state: Served, endpoint: str, parsed: review.Review, decision: Decision, refused: str) -> None:
+    metrics = state.metrics
     req = parsed.request
     outcome = _outcome(decision, refused)
-    metrics.count_request(endpoint, req.kind, req.operation, outcome, app[keys.STORE].known_kinds)
+    metrics.count_request(endpoint, req.kind, req.operation, outcome, state.store.known_kinds)
     metrics.count_findings(decision.findings)
     if decision.exceptions:
         metrics.count_exceptions(endpoint, decision.exceptions)
-    log_decision(app.get(keys.LOG_OUTPUT), endpoint, parsed, decision, outcome)
+    log_decision(state.log_output, endpoint, parsed, decision, outcome)
 
 
 def log_decision(output: Output | None, endpoint: str, parsed: review.Review, decision: Decision, outcome: str) -> None:
@@ -228,18 +255,7 @@ def log_decision(output: Output | None, endpoint: str, parsed: review.Review, de
         level = logging.DEBUG
     if not log.isEnabledFor(level):  # allowed unchanged at INFO: no line, so no fields worked out for one
         return
-    if outcome == "deny" or outcome == "error":
-        text = decision.message() or "; ".join(decision.warnings)
-    elif outcome == "audit":
-        text = "; ".join(review.audit_findings(decision))
-    else:  # a patch (the warning says what was mutated), or what was allowed and warned about
-        text = "; ".join(decision.warnings)
-    req = parsed.request
-    fields = {
-        "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
-        "object": req.name, "endpoint": endpoint, "verdict": outcome,
-        "rules": sorted({f"{f.policy}/{f.rule}" for f in findings}) if findings else [],
-    }
+    text, fields = log_line.decision_fields(endpoint, parsed, decision, outcome)
     if output is not None:
         output.fields(log, level, f"{outcome}: {text}", fields)
     else:

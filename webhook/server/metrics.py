@@ -83,8 +83,8 @@ class AnsweredSeries:
         latency = HistogramMetricFamily(name, "Time to answer an admission request.", labels=("endpoint",))
         for endpoint, (counts, (total, created)) in self.latency.items():
             buckets, seen = [], 0
-            for bound, count in zip((*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"), counts):
-                seen += count
+            for bound, in_bucket in zip((*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"), counts):
+                seen += in_bucket
                 buckets.append((bound, float(seen)))
             latency.add_metric((endpoint,), buckets, total)
             latency.samples.append(Sample(name + "_created", {"endpoint": endpoint}, created))

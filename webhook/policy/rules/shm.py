@@ -50,9 +50,10 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     builder = ctx.builder
     if not exists:
         pod_limit = _memory_limit(spec)  # (pod-level resources: for containers without their own)
-        smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg, pod_limit)
+        memo = cfg.size_memo  # (an attribute of a pydantic model: a generic lookup, once per pod, not per container)
+        smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg, pod_limit, memo)
         for list_name, index in targets[1:]:  # (a loop: most pods have one target)
-            size_for = _size_for(spec[list_name][index], cfg, pod_limit)
+            size_for = _size_for(spec[list_name][index], cfg, pod_limit, memo)
             if size_for[0] < smallest[0]:  # (the bytes: compiled, no tuple comparison)
                 smallest = size_for
         size = smallest[1]
@@ -104,9 +105,10 @@ def _memory_limit(obj: Mapping[str, Any]) -> Any:
     return limits.get("memory") if type(limits) is dict else None
 
 
-def _size_for(container: Mapping[str, Any], cfg: ShmRule, pod_limit: Any) -> tuple[int, str]:
+def _size_for(container: Mapping[str, Any], cfg: ShmRule, pod_limit: Any, memo: dict[str, tuple[int, str]]) -> tuple[int, str]:
     """The volume size this container needs: bytes (whole MiB, rounded down, at least 1Mi) and as a
-    quantity. ``pod_limit``: the pod's own memory limit (or None), which binds a container without one."""
+    quantity. ``pod_limit``: the pod's own memory limit (or None), which binds a container without one;
+    ``memo``: ``cfg.size_memo``."""
     limit = _memory_limit(container)
     if pod_limit is not None:
         limit = pod_limit if limit is None else _smaller(limit, pod_limit)
@@ -114,7 +116,6 @@ def _size_for(container: Mapping[str, Any], cfg: ShmRule, pod_limit: Any) -> tup
         limit = ""  # no limit sizes as an empty (invalid) one does, and is as common as any
     elif type(limit) is not str:  # only strings are remembered: True and 1 are one key to a dict
         return _compute_size(limit, cfg)
-    memo = cfg.size_memo
     size = memo.get(limit)
     if size is None:
         if len(memo) >= 1024:  # limits are few; bound them anyway
