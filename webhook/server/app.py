@@ -76,6 +76,7 @@ def create_app(
     app[keys.METRICS] = metrics or Metrics()
     app[keys.LIMITS] = config.limits
     app[keys.DRAINING] = asyncio.Event()
+    app[keys.TURNS] = evaluation.Turns(handlers.answer_inline, handlers.account)
     if log_output is not None:
         app[keys.LOG_OUTPUT] = log_output
     app.on_response_prepare.append(_close_when_draining)

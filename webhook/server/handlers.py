@@ -43,13 +43,14 @@ class Served(NamedTuple):
     view: keys.ViewGetter
     resolver: Resolver | None
     log_output: Output | None
+    turns: evaluation.Turns[Answered, bytes]
 
 
 def served(app: web.Application) -> Served:
     """The state admissions read, from a started ``app``."""
     return Served(
         app, app[keys.METRICS], app[keys.LIMITS], app[keys.STORE], app[keys.VIEW], app.get(keys.RESOLVER),
-        app.get(keys.LOG_OUTPUT),
+        app.get(keys.LOG_OUTPUT), app[keys.TURNS],
     )
 
 
@@ -110,23 +111,58 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     resolver = state.resolver
     if resolver is not None:  # waits at most its budget; the rest resolves in the background
         await resolver.prefetch(unknown_images(parsed.request.object))
-    store = state.store
-    args = (store.current, parsed, state.view(), phase, limits, objects)
+    args = (state.store.current, parsed, state.view(), phase, limits, objects)
     if len(body) >= limits.offload_bytes:
         outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], *args)
-    else:
-        outcome = evaluation.decide(*args)
-    if outcome.refused in ("limit", "deadline"):
-        metrics.reject(outcome.refused)
+    else:  # evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
+        done = await state.turns.submit(args, (state, endpoint, parsed, phase, started))
+        if isinstance(done, bytes):
+            return Answer(done)
+        outcome = done  # a pod to charge to the GPU quota ledger first
     decision = outcome.decision
     if decision.charges:  # a new pod under enforced GPU caps: charged to the ledger before it is allowed
         ledger = state.app.get(keys.LEDGER)
         if ledger is not None:
             decision = await charging.settle(ledger, parsed.request, decision)
-    decision, payload = _answer(parsed, decision, phase, limits.max_patch_bytes)
-    _observe(state, endpoint, parsed, decision, outcome.refused)
-    metrics.observe_latency(endpoint, time.perf_counter() - started)
-    return _json(payload)
+    context = (state, endpoint, parsed, phase, started)
+    return Answer(account(answered(decision, outcome.refused, context), context))
+
+
+#: what an admission is answered from: (its state, endpoint, review, phase, perf_counter at its start)
+Context = tuple[Served, str, review.Review, Phase, float]
+
+
+class Answered(NamedTuple):
+    """An admission's answer, encoded, and the decision and refusal it answered."""
+
+    decision: Decision
+    refused: str
+    body: bytes
+
+
+def answer_inline(outcome: evaluation.Outcome, context: Context) -> Answered | evaluation.Outcome:
+    """The answer to an admission evaluated inline (evaluation.Turns); or its outcome, when the GPU
+    quota ledger must charge it first (which its task does)."""
+    if outcome.decision.charges and context[0].app.get(keys.LEDGER) is not None:
+        return outcome
+    return answered(outcome.decision, outcome.refused, context)
+
+
+def answered(decision: Decision, refused: str, context: Context) -> Answered:
+    """``decision``'s answer, encoded (a patch over the size limit dropped)."""
+    state, _, parsed, phase, _ = context
+    decision, payload = _answer(parsed, decision, phase, state.limits.max_patch_bytes)
+    return Answered(decision, refused, review.encode(payload))
+
+
+def account(done: Answered, context: Context) -> bytes:
+    """Count and log an answered admission; its answer's body."""
+    state, endpoint, parsed, _, started = context
+    if done.refused in ("limit", "deadline"):
+        state.metrics.reject(done.refused)
+    _observe(state, endpoint, parsed, done.decision, done.refused)
+    state.metrics.observe_latency(endpoint, time.perf_counter() - started)
+    return done.body
 
 
 #: bodies up to this size have their "{" counted by deleting them (_count_objects)
@@ -148,10 +184,6 @@ def _count_objects(body: bytes, limit: int) -> int:
             f"the review holds up to {objects} JSON objects; gpu-admission reads at most {limit} (a pod review has a few hundred)",
         )
     return objects
-
-
-def _json(payload: object) -> web.StreamResponse:
-    return Answer(review.encode(payload))
 
 
 class Answer(web.StreamResponse):

@@ -11,6 +11,7 @@ from aiohttp import web
 from webhook.cluster.ledger import Ledger
 from webhook.logs import Output
 from webhook.registry.resolver import Resolver
+from webhook.server.evaluation import Turns
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
@@ -29,6 +30,8 @@ READY_CHECKS: web.AppKey[list[ReadyCheck]] = web.AppKey("ready_checks")
 LIMITS = web.AppKey("limits", Limits)
 #: the worker threads that evaluate large objects off the event loop
 EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+#: the inline evaluations and answers, run together per turn of the event loop
+TURNS = web.AppKey("turns", Turns)
 #: set on SIGTERM: /readyz answers 503 and every answer closes its connection
 DRAINING = web.AppKey("draining", asyncio.Event)
 #: the registry resolver, when image resolution is on (serve --resolve-images)

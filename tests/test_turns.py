@@ -1,0 +1,109 @@
+"""Admissions taken together (webhook.server.evaluation.Turns): the reviews read in one turn of the
+event loop are evaluated, answered and counted in the next, each with its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+from tests.conftest import StartWebhook
+from tests.support import REVIEWS, load_review, shipped_policies
+from webhook import review
+from webhook.server import evaluation
+from webhook.server.limits import Limits
+from webhook.view.snapshot import EMPTY_VIEW
+
+TRAINING = load_review(REVIEWS / "000_mutate_create_pods_.json")
+
+
+def _reviews(count: int) -> list[dict[str, Any]]:
+    """``count`` different reviews of GPU pods: their own uid and name, 1 to 4 GPUs, every other one a
+    PyTorchJob's worker (its own job in its training locality: a patch of its own), every third one
+    asking GPUs in requests only (refused by /validate)."""
+    sent = []
+    for n in range(count):
+        body = copy.deepcopy(TRAINING)
+        body["request"]["uid"] = f"00000000-0000-4000-8000-{n:012d}"
+        pod = body["request"]["object"]
+        pod["metadata"]["name"] = f"trainer-{n}"
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(1 + n % 4)}}
+        if n % 2:
+            pod["metadata"]["labels"] = {"training.kubeflow.org/job-name": f"job-{n}", "training.kubeflow.org/replica-type": "worker"}
+        if n % 3 == 0:  # and some refused: requests without limits
+            pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+        sent.append(body)
+    return sent
+
+
+async def _answers(webhook: Any, path: str, bodies: list[dict[str, Any]], together: bool) -> list[dict[str, Any]]:
+    if together:
+        return list(await asyncio.gather(*(webhook.review(path, body) for body in bodies)))
+    return [await webhook.review(path, body) for body in bodies]
+
+
+async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(start_webhook: StartWebhook) -> None:
+    webhook = await start_webhook()
+    # one connection per review, so that they arrive in the same turns of the server's loop
+    webhook.session._connector._limit = 0  # type: ignore[attr-defined]
+    bodies = _reviews(40)
+    patched = 0
+    for path in ("/mutate", "/validate"):
+        alone = await _answers(webhook, path, bodies, together=False)
+        together = await _answers(webhook, path, bodies, together=True)
+        assert [a["response"]["uid"] for a in together] == [b["request"]["uid"] for b in bodies]
+        assert together == alone
+        # (different answers, each where it belongs)
+        assert len({a["response"].get("patch") for a in together}) > (2 if path == "/mutate" else 0)
+        assert {a["response"]["allowed"] for a in together} == ({True} if path == "/mutate" else {True, False})
+        patched += sum(1 for a in alone if "patch" in a["response"])
+    metrics = await (await webhook.session.get(webhook.base + "/metrics")).text()  # each counted once
+    line = 'gpu_admission_requests_total{decision="patch",endpoint="/mutate",kind="Pod",operation="CREATE"}'
+    assert f"{line} {2 * patched}.0" in metrics and patched > 0
+
+
+def _turns(seen: list[Any]) -> evaluation.Turns[Any, Any]:
+    """Turns whose answer records the context it answers and gives the decision back, unless told otherwise."""
+
+    def answer(outcome: evaluation.Outcome, context: Any) -> Any:
+        seen.append(context)
+        if context == "fails":
+            raise ValueError("a bug in one answer")
+        if context == "charge first":
+            return outcome
+        return (context, outcome.decision.allowed)
+
+    return evaluation.Turns(answer, lambda made, context: ("accounted", *made))
+
+
+def _args(n: int) -> evaluation.DecideArgs:
+    body = copy.deepcopy(TRAINING)
+    body["request"]["uid"] = f"uid-{n}"
+    return (shipped_policies(), review.parse_review(json.dumps(body)), EMPTY_VIEW, "mutate", Limits(), 1000)
+
+
+async def test_a_turn_takes_at_most_a_batch_and_the_rest_in_the_next_turn() -> None:
+    seen: list[Any] = []
+    turns = _turns(seen)
+    futures = [turns.submit(_args(n), n) for n in range(evaluation.BATCH + 5)]
+    assert not any(f.done() for f in futures)  # (nothing before the loop's next turn)
+    await asyncio.sleep(0)
+    assert [f.done() for f in futures] == [True] * evaluation.BATCH + [False] * 5
+    await asyncio.sleep(0)
+    assert [f.result() for f in futures] == [("accounted", n, True) for n in range(evaluation.BATCH + 5)]
+    assert seen == list(range(evaluation.BATCH + 5))
+
+
+async def test_a_cancelled_admission_is_skipped_a_failing_answer_fails_only_its_own() -> None:
+    seen: list[Any] = []
+    turns = _turns(seen)
+    first, gone, fails, charged, last = (turns.submit(_args(n), c) for n, c in enumerate(
+        ("first", "gone", "fails", "charge first", "last")))
+    gone.cancel()  # (its client went away: aiohttp cancels the handler's task)
+    await asyncio.sleep(0)
+    assert seen == ["first", "fails", "charge first", "last"]
+    assert first.result() == ("accounted", "first", True) and last.result() == ("accounted", "last", True)
+    assert isinstance(fails.exception(), ValueError)
+    outcome = charged.result()  # given back unanswered: the admission's task charges the ledger, then answers
+    assert isinstance(outcome, evaluation.Outcome) and outcome.decision.patch
