@@ -45,11 +45,9 @@ async def _answers(webhook: Any, path: str, bodies: list[dict[str, Any]], togeth
 
 async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(start_webhook: StartWebhook) -> None:
     webhook = await start_webhook()
-    # one connection per review, so that they arrive in the same turns of the server's loop
-    webhook.session._connector._limit = 0  # type: ignore[attr-defined]
     bodies = _reviews(40)
     patched = 0
-    for path in ("/mutate", "/validate"):
+    for path in ("/mutate", "/validate"):  # (sent together: a connection each, aiohttp's client opens up to 100)
         alone = await _answers(webhook, path, bodies, together=False)
         together = await _answers(webhook, path, bodies, together=True)
         assert [a["response"]["uid"] for a in together] == [b["request"]["uid"] for b in bodies]
@@ -95,15 +93,18 @@ async def test_a_turn_takes_at_most_a_batch_and_the_rest_in_the_next_turn() -> N
     assert seen == list(range(evaluation.BATCH + 5))
 
 
-async def test_a_cancelled_admission_is_skipped_a_failing_answer_fails_only_its_own() -> None:
+async def test_a_cancelled_admission_is_skipped_a_failure_fails_only_its_own() -> None:
     seen: list[Any] = []
     turns = _turns(seen)
     first, gone, fails, charged, last = (turns.submit(_args(n), c) for n, c in enumerate(
         ("first", "gone", "fails", "charge first", "last")))
+    broken = _args(5)
+    unreadable = turns.submit((broken[0], None, *broken[2:5], 10**6), "unreadable")  # type: ignore[arg-type]
     gone.cancel()  # (its client went away: aiohttp cancels the handler's task)
     await asyncio.sleep(0)
     assert seen == ["first", "fails", "charge first", "last"]
     assert first.result() == ("accounted", "first", True) and last.result() == ("accounted", "last", True)
     assert isinstance(fails.exception(), ValueError)
+    assert isinstance(unreadable.exception(), AttributeError)  # decide itself failed: only its own admission
     outcome = charged.result()  # given back unanswered: the admission's task charges the ledger, then answers
     assert isinstance(outcome, evaluation.Outcome) and outcome.decision.patch

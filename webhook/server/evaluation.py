@@ -103,15 +103,20 @@ class Turns(Generic[_Answered, _Done]):
         del waiting[:BATCH]
         if waiting:  # the rest in the next turn, after what is ready meanwhile (health checks, writes)
             loop.call_soon(self._run, loop)
-        outcomes = [None if future.cancelled() else decide(*args) for args, _, future in batch]  # (never raises)
-        answer, account = self._answer, self._account
-        answered: list[tuple[Any, Any, asyncio.Future[_Done | Outcome]]] = []
-        for (_, context, future), outcome in zip(batch, outcomes):
-            if outcome is None:
+        decided: list[tuple[Outcome, Any, asyncio.Future[_Done | Outcome]]] = []
+        for args, context, future in batch:
+            if future.cancelled():
                 continue
             try:
+                decided.append((decide(*args), context, future))
+            except Exception as exc:  # (decide answers the engine's errors itself) one bug fails its own request only
+                future.set_exception(exc)
+        answer, account = self._answer, self._account
+        answered: list[tuple[Any, Any, asyncio.Future[_Done | Outcome]]] = []
+        for outcome, context, future in decided:
+            try:
                 made = answer(outcome, context)
-            except Exception as exc:  # one answer's bug fails its own request, as it would on its task
+            except Exception as exc:
                 future.set_exception(exc)
                 continue
             if isinstance(made, Outcome):
