@@ -112,6 +112,13 @@ def test_a_policy_changed_since_it_was_compiled_runs_whole() -> None:
     assert "a fraction" in _messages(loader.offloaded(changed, found), _pod("0.5"))
 
 
+def _reload_if_changed(store: PolicyStore) -> bool | None:
+    """What the server's reload check does (in a worker thread, then on the loop): True, reloaded;
+    False, the change was refused; None, nothing (yet) to load."""
+    change = store.read_change()
+    return None if change is None else store.use(change)
+
+
 def test_the_server_reads_the_compiled_record_and_runs_everything_without_one(tmp_path: Path) -> None:
     policies, compiled = tmp_path / "policies", tmp_path / "compiled"
     policies.mkdir()
@@ -121,12 +128,12 @@ def test_the_server_reads_the_compiled_record_and_runs_everything_without_one(tm
     assert store.current.offload is None  # no record: nothing is skipped
     assert "a fraction" in _messages(store.current, _pod("0.5"))
     (compiled / OFFLOAD_RECORD).write_text(json.dumps(offload.record(loader.load_directory(policies), (1, 36))))
-    store.reload_if_changed()  # (a change is loaded once it has stayed put between two checks)
-    assert store.reload_if_changed() is True
+    _reload_if_changed(store)  # (a change is loaded once it has stayed put between two checks)
+    assert _reload_if_changed(store) is True
     assert store.current.offload is not None and _messages(store.current, _pod("0.5")) == ""
     (compiled / OFFLOAD_RECORD).write_text("{not json")
-    store.reload_if_changed()
-    assert store.reload_if_changed() is True
+    _reload_if_changed(store)
+    assert _reload_if_changed(store) is True
     assert store.current.offload is None
 
 

@@ -75,7 +75,7 @@ class Turns(Generic[_Answered, _Done]):
     Under load, the turn that reads requests reads one from each of several connections. Taken one
     at a time, each admission's evaluation, answer and log line ran cold, between its connection's
     TLS and HTTP work: the engine's code and data were out of the CPU's caches every time. Taken
-    together, only the first of a turn runs cold: on one core that is 10-20% less CPU per
+    together, only the first of a turn runs cold: on one core that is about a fifth less CPU per
     admission (docs/performance.md, "Admissions taken together"). A lone review is evaluated one
     turn after it was read, with nothing in between. An admission whose task was cancelled (its
     client went away) is skipped. Event loop thread only.

@@ -100,11 +100,6 @@ class PolicyStore:
         self.current, self.last_error = policy_set, ""
         self.known_kinds = frozenset({"Pod", *(kind for _, kind in policy_set.kinds)})
 
-    def reload_if_changed(self) -> bool | None:
-        """True: reloaded; False: the change was refused; None: nothing (yet) to load."""
-        change = self.read_change()
-        return None if change is None else self.use(change)
-
     def read_change(self) -> Change | None:
         """The files' change once it has stayed put, read and validated; None: nothing (yet) to load.
         Blocking (the disk): the server calls it in a worker thread."""
