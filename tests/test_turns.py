@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 from typing import Any
+
+import pytest
 
 from tests.conftest import StartWebhook
 from tests.support import REVIEWS, load_review, shipped_policies
@@ -43,7 +46,10 @@ async def _answers(webhook: Any, path: str, bodies: list[dict[str, Any]], togeth
     return [await webhook.review(path, body) for body in bodies]
 
 
-async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(start_webhook: StartWebhook) -> None:
+async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(
+    start_webhook: StartWebhook, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook.server.handlers")
     webhook = await start_webhook()
     bodies = _reviews(40)
     patched = 0
@@ -56,6 +62,9 @@ async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(start_
         assert len({a["response"].get("patch") for a in together}) > (2 if path == "/mutate" else 0)
         assert {a["response"]["allowed"] for a in together} == ({True} if path == "/mutate" else {True, False})
         patched += sum(1 for a in alone if "patch" in a["response"])
+        denied = sum(1 for a in alone if not a["response"]["allowed"])
+    lines = [r.getMessage().split(":")[0] for r in caplog.records if r.name == "webhook.server.handlers"]
+    assert lines.count("patch") == 2 * patched and lines.count("deny") == 2 * denied > 0  # a line each
     metrics = await (await webhook.session.get(webhook.base + "/metrics")).text()  # each counted once
     line = 'gpu_admission_requests_total{decision="patch",endpoint="/mutate",kind="Pod",operation="CREATE"}'
     assert f"{line} {2 * patched}.0" in metrics and patched > 0
@@ -68,6 +77,8 @@ def _turns(seen: list[Any]) -> evaluation.Turns[Any, Any]:
         seen.append(context)
         if context == "fails":
             raise ValueError("a bug in one answer")
+        if context == "stops":  # (a future refuses a StopIteration: set_exception raises TypeError)
+            raise StopIteration("a stray next()")
         if context == "charge first":
             return outcome
         return (context, outcome.decision.allowed)
@@ -96,15 +107,33 @@ async def test_a_turn_takes_at_most_a_batch_and_the_rest_in_the_next_turn() -> N
 async def test_a_cancelled_admission_is_skipped_a_failure_fails_only_its_own() -> None:
     seen: list[Any] = []
     turns = _turns(seen)
-    first, gone, fails, charged, last = (turns.submit(_args(n), c) for n, c in enumerate(
-        ("first", "gone", "fails", "charge first", "last")))
+    first, gone, fails, stops, charged, last = (turns.submit(_args(n), c) for n, c in enumerate(
+        ("first", "gone", "fails", "stops", "charge first", "last")))
     broken = _args(5)
     unreadable = turns.submit((broken[0], None, *broken[2:5], 10**6), "unreadable")  # type: ignore[arg-type]
-    gone.cancel()  # (its client went away: aiohttp cancels the handler's task)
+    gone.cancel()  # (the server stopping: aiohttp cancels its handlers' tasks)
     await asyncio.sleep(0)
-    assert seen == ["first", "fails", "charge first", "last"]
+    assert seen == ["first", "fails", "stops", "charge first", "last"]
     assert first.result() == ("accounted", "first", True) and last.result() == ("accounted", "last", True)
-    assert isinstance(fails.exception(), ValueError)
+    assert isinstance(fails.exception(), ValueError) and isinstance(stops.exception(), RuntimeError)
     assert isinstance(unreadable.exception(), AttributeError)  # decide itself failed: only its own admission
     outcome = charged.result()  # given back unanswered: the admission's task charges the ledger, then answers
     assert isinstance(outcome, evaluation.Outcome) and outcome.decision.patch
+
+
+def test_a_turn_left_on_a_loop_that_stopped_does_not_hold_up_the_next_loop() -> None:
+    seen: list[Any] = []
+    turns = _turns(seen)
+    first = asyncio.new_event_loop()
+    left: list[Any] = []
+    first.call_soon(lambda: left.append(turns.submit(_args(0), "left")))
+    first.call_soon(first.stop)  # (stops before the turn that submit scheduled)
+    first.run_forever()
+    first.close()
+    assert not left[0].done() and seen == []
+
+    async def admit() -> Any:
+        return await asyncio.wait_for(turns.submit(_args(1), "next"), 5)
+
+    assert asyncio.run(admit()) == ("accounted", "next", True)
+    assert seen == ["next"]  # (the stopped loop's admission dropped with its loop)

@@ -77,13 +77,17 @@ class Turns(Generic[_Answered, _Done]):
     TLS and HTTP work: the engine's code and data were out of the CPU's caches every time. Taken
     together, only the first of a turn runs cold: on one core that is about a fifth less CPU per
     admission (docs/performance.md, "Admissions taken together"). A lone review is evaluated one
-    turn after it was read, with nothing in between. An admission whose task was cancelled (its
-    client went away) is skipped. Event loop thread only.
+    turn after it was read, with nothing in between. An admission whose task was cancelled is
+    skipped: the server stopping cancels its handlers' tasks (a client that goes away does not, with
+    aiohttp's default ``handler_cancellation=False``), so an admission still waiting for its turn then
+    is neither answered nor counted. Event loop thread only.
     """
 
     def __init__(self, answer: Callable[[Outcome, Any], _Answered | Outcome], account: Callable[[_Answered, Any], _Done]) -> None:
         self._answer, self._account = answer, account
         self._waiting: list[tuple[DecideArgs, Any, asyncio.Future[_Done | Outcome]]] = []
+        #: the loop a turn is scheduled on, while one is
+        self._scheduled: asyncio.AbstractEventLoop | None = None
 
     def submit(self, args: DecideArgs, context: Any) -> asyncio.Future[_Done | Outcome]:
         """``account(answer(decide(*args), context), context)`` once the turn this admission joins has
@@ -91,33 +95,44 @@ class Turns(Generic[_Answered, _Done]):
         before it is answered: the GPU quota ledger's charge)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        waiting = self._waiting
-        waiting.append((args, context, future))
-        if len(waiting) == 1:  # the first of a turn's: they run in the loop's next turn
+        self._waiting.append((args, context, future))
+        if self._scheduled is not loop:  # the first of a turn's (or a turn left on a loop that stopped)
             loop.call_soon(self._run, loop)
+            self._scheduled = loop
         return future
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         waiting = self._waiting
-        batch = waiting[:BATCH]
+        # this loop's admissions (those of a loop that stopped before their turn are dropped with it)
+        batch = [item for item in waiting[:BATCH] if item[2].get_loop() is loop]
         del waiting[:BATCH]
+        self._scheduled = None
         if waiting:  # the rest in the next turn, after what is ready meanwhile (health checks, writes)
             loop.call_soon(self._run, loop)
+            self._scheduled = loop
+        try:
+            self._take(batch)
+        finally:  # whatever escaped, no admission of the turn is left waiting for ever
+            for _, _, future in batch:
+                if not future.done():
+                    _fail(future, RuntimeError("the admission's turn failed"))
+
+    def _take(self, batch: list[tuple[DecideArgs, Any, asyncio.Future[_Done | Outcome]]]) -> None:
         decided: list[tuple[Outcome, Any, asyncio.Future[_Done | Outcome]]] = []
         for args, context, future in batch:
-            if future.cancelled():
+            if future.cancelled():  # (the server stopping cancels the handlers' tasks)
                 continue
             try:
                 decided.append((decide(*args), context, future))
             except Exception as exc:  # (decide answers the engine's errors itself) one bug fails its own request only
-                future.set_exception(exc)
+                _fail(future, exc)
         answer, account = self._answer, self._account
         answered: list[tuple[Any, Any, asyncio.Future[_Done | Outcome]]] = []
         for outcome, context, future in decided:
             try:
                 made = answer(outcome, context)
             except Exception as exc:
-                future.set_exception(exc)
+                _fail(future, exc)
                 continue
             if isinstance(made, Outcome):
                 future.set_result(made)
@@ -127,7 +142,14 @@ class Turns(Generic[_Answered, _Done]):
             try:
                 future.set_result(account(made, context))
             except Exception as exc:
-                future.set_exception(exc)
+                _fail(future, exc)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """``future`` failed with ``exc`` (a StopIteration, which a future refuses, as a RuntimeError)."""
+    if isinstance(exc, StopIteration):
+        exc = RuntimeError(f"StopIteration: {exc}")
+    future.set_exception(exc)
 
 
 async def decide_off_loop(

@@ -114,6 +114,7 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     args = (state.store.current, parsed, state.view(), phase, limits, objects)
     if len(body) >= limits.offload_bytes:
         outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], *args)
+        _count_refusal(state, outcome)
     else:  # evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
         done = await state.turns.submit(args, (state, endpoint, parsed, phase, started))
         if isinstance(done, bytes):
@@ -143,9 +144,15 @@ class Answered(NamedTuple):
 def answer_inline(outcome: evaluation.Outcome, context: Context) -> Answered | evaluation.Outcome:
     """The answer to an admission evaluated inline (evaluation.Turns); or its outcome, when the GPU
     quota ledger must charge it first (which its task does)."""
+    _count_refusal(context[0], outcome)
     if outcome.decision.charges and context[0].app.get(keys.LEDGER) is not None:
         return outcome
     return answered(outcome.decision, outcome.refused, context)
+
+
+def _count_refusal(state: Served, outcome: evaluation.Outcome) -> None:
+    if outcome.refused in ("limit", "deadline"):  # (as soon as it is decided: counted whatever comes next)
+        state.metrics.reject(outcome.refused)
 
 
 def answered(decision: Decision, refused: str, context: Context) -> Answered:
@@ -158,8 +165,6 @@ def answered(decision: Decision, refused: str, context: Context) -> Answered:
 def account(done: Answered, context: Context) -> bytes:
     """Count and log an answered admission; its answer's body."""
     state, endpoint, parsed, _, started = context
-    if done.refused in ("limit", "deadline"):
-        state.metrics.reject(done.refused)
     _observe(state, endpoint, parsed, done.decision, done.refused)
     state.metrics.observe_latency(endpoint, time.perf_counter() - started)
     return done.body
