@@ -95,16 +95,17 @@ class Turns(Generic[_Answered, _Done]):
         before it is answered: the GPU quota ledger's charge)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._waiting.append((args, context, future))
-        if self._scheduled is not loop:  # the first of a turn's (or a turn left on a loop that stopped)
+        if self._scheduled is not loop:  # the first of a turn's
+            if self._scheduled is not None:  # a turn left on a loop that stopped: its admissions went with it
+                self._waiting.clear()
             loop.call_soon(self._run, loop)
             self._scheduled = loop
+        self._waiting.append((args, context, future))
         return future
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         waiting = self._waiting
-        # this loop's admissions (those of a loop that stopped before their turn are dropped with it)
-        batch = [item for item in waiting[:BATCH] if item[2].get_loop() is loop]
+        batch = waiting[:BATCH]
         del waiting[:BATCH]
         self._scheduled = None
         if waiting:  # the rest in the next turn, after what is ready meanwhile (health checks, writes)
