@@ -6,8 +6,10 @@ validate: infer each GPU container's CUDA (webhook.gpu.images), find the
 nodes the pod could land on (webhook.view.scheduling), read their drivers
 from GFD labels (webhook.gpu.cuda) and report when none, or only some,
 can run it. mutate (``partial: steer``, Pods only): when only some can, AND
-a required node-affinity expression on the driver label into the pod, so it
-lands only where it runs.
+a required node affinity into the pod that admits exactly the capable nodes
+(by driver, and by GPU product where only forward compatibility runs it), so
+it lands only where it runs; where no label can say that, the validating
+webhook refuses it (``unsteerable``).
 """
 
 from __future__ import annotations
@@ -247,19 +249,24 @@ def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes:
                    f"{newest}{_runs_up_to(newest, cfg)}{_forward_hint(top)}")
         severity.report(ctx, "warn" if nodes.unlabelled else "deny", message, path)
     elif nodes.incapable:
-        _partial(ctx, cfg, f"{where}: {wants}; only {nodes.size(nodes.capable)} of {nodes.size(known)} node(s) it could "
+        _partial(ctx, cfg, nodes, needs, f"{where}: {wants}; only {nodes.size(nodes.capable)} of {nodes.size(known)} node(s) it could "
                  f"land on have it ({nodes.listed(nodes.incapable)} on the others)", path)
 
 
-def _partial(ctx: RuleContext, cfg: CudaDriverRule, message: str, path: str) -> None:
+def _partial(ctx: RuleContext, cfg: CudaDriverRule, nodes: _Nodes, needs: Sequence[_Need], message: str,
+             path: str) -> None:
     if cfg.partial != "steer":
         severity.report(ctx, cfg.partial, f"{message}; pin it with node affinity on {cuda.DRIVER_FULL}", path)
-    elif ctx.target.is_pod:
-        # steering would have removed the other nodes: the mutating webhook did
-        # not run, or the capable nodes lack the full driver-version label
-        severity.report(ctx, "warn", f"{message}, and it was not steered onto them", path)
-    else:
+    elif not ctx.target.is_pod:
         ctx.note(f"{message}; its pods will be steered onto them", path, result="pass")
+    elif _steering(cfg, nodes, needs):
+        # steering would have removed the other nodes: the mutating webhook did not run for it
+        severity.report(ctx, cfg.unsteerable, f"{message}, and it was not steered onto them", path)
+    else:
+        # no label tells the capable nodes apart (no full driver-version label; a forward-compatible
+        # GPU known only by its DRA devices): admitted, it may land where CUDA cannot start
+        severity.report(ctx, cfg.unsteerable, f"{message}, and no node affinity could steer it onto them "
+                        f"(label the capable nodes with {cuda.DRIVER_FULL} and their GPU product, or pin it)", path)
 
 
 def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
@@ -269,27 +276,73 @@ def _steer(ctx: RuleContext, cfg: CudaDriverRule) -> None:
     if not needs:
         return
     nodes = _sort_nodes(ctx, cfg, needs)
-    values = sorted({scheduling.node_labels(n).get(cuda.DRIVER_FULL, "") for n in nodes.capable} - {""})
-    if not nodes.incapable or not values:
+    if not nodes.incapable:
         return
-    if affinity.require_any(ctx.builder, ctx.target.spec_path, _steering(values, needs)).added:
+    alternatives = _steering(cfg, nodes, needs)
+    # none: no label tells the capable nodes apart; the validating webhook refuses (``unsteerable``)
+    if alternatives and affinity.require_any(ctx.builder, ctx.target.spec_path, alternatives).added:
         ctx.changed("nodeAffinity")
 
 
-def _steering(values: Sequence[str], needs: Sequence[_Need]) -> list[list[dict[str, Any]]]:
-    """Where the pod may go, as alternatives (ORed): the capable drivers known now, or any newer branch
-    or newer release of the oldest branch that runs every container natively.
+def _steering(cfg: CudaDriverRule, nodes: _Nodes, needs: Sequence[_Need]) -> list[list[dict[str, Any]]]:
+    """Where the pod may go, as alternatives (ORed): exactly the capable nodes known now, or any
+    newer branch or newer release of the oldest branch that runs every container natively.
+
+    A node that runs it natively does so by its driver alone: every node of that driver does.
+    One that runs it through forward compatibility does so by its driver *and* its GPU (data-center
+    GPUs only; a GeForce of the same driver fails with error 804), so that alternative names both:
+    the forward-compatible drivers and the GPU products (or the policy's node selector) of the
+    capable nodes. Any of those drivers runs it on any of those products, so the cross product
+    admits no node the engine judged incapable.
 
     A driver newer than the native minimum always runs the image (drivers are backward compatible),
-    so a rolling driver upgrade keeps a still-Pending pod schedulable; the exact versions stay for
-    what only they allow (forward compatibility on an older branch)."""
+    so a rolling driver upgrade keeps a still-Pending pod schedulable. No alternative when no label
+    tells the capable nodes apart (no driver label, or a forward-compatible GPU named only by its
+    DRA devices)."""
+    native: set[str] = set()
+    forward: set[str] = set()
+    products_seen: set[str] = set()
+    compat = cfg.forwardCompat
+    for node in nodes.capable:
+        labels = scheduling.node_labels(node)
+        full = str(labels.get(cuda.DRIVER_FULL) or "")
+        if not full:
+            continue
+        driver = nodes.driver(node)
+        if all(need.driver <= driver for need in needs):
+            native.add(full)
+        elif compat.nodes is not None:
+            forward.add(full)
+        elif product := str(labels.get(compat.productLabel) or ""):
+            forward.add(full)
+            products_seen.add(product)
+    alternatives: list[list[dict[str, Any]]] = []
+    if native:
+        alternatives.append([{"key": cuda.DRIVER_FULL, "operator": "In", "values": sorted(native)}])
+    if forward:
+        alternatives.append([{"key": cuda.DRIVER_FULL, "operator": "In", "values": sorted(forward)},
+                             *_data_center_expressions(cfg, sorted(products_seen))])
+    if not alternatives:
+        return []
     major, minor, _ = max(need.driver for need in needs).parts
     return [
-        [{"key": cuda.DRIVER_FULL, "operator": "In", "values": list(values)}],
+        *alternatives,
         [{"key": cuda.DRIVER_MAJOR, "operator": "Gt", "values": [str(major)]}],
         [{"key": cuda.DRIVER_MAJOR, "operator": "In", "values": [str(major)]},
          {"key": cuda.DRIVER_MINOR, "operator": "Gt", "values": [str(minor)]}],
     ]
+
+
+def _data_center_expressions(cfg: CudaDriverRule, products_seen: Sequence[str]) -> list[dict[str, Any]]:
+    """Node selector expressions for the nodes whose GPUs run forward compatibility: the policy's
+    selector where it sets one, else the data-center products of the capable nodes."""
+    compat = cfg.forwardCompat
+    if compat.nodes is None:
+        return [{"key": compat.productLabel, "operator": "In", "values": list(products_seen)}]
+    pinned = [{"key": key, "operator": "In", "values": [value]} for key, value in sorted(compat.nodes.matchLabels.items())]
+    listed = [{"key": r.key, "operator": r.operator, **({"values": list(r.values)} if r.values else {})}
+              for r in compat.nodes.matchExpressions]
+    return [*pinned, *listed]
 
 
 def _runs_up_to(driver: cuda.DriverVersion, cfg: CudaDriverRule) -> str:

@@ -133,6 +133,10 @@ class CudaDriverRule(ClusterRuleBase):
     partial: Literal["deny", "warn", "steer"] = Field(
         default="steer", description="when only some eligible nodes can run it"
     )
+    unsteerable: Severity = Field(
+        default="deny",
+        description="partial: steer, and no node affinity can say which nodes run it (their labels do not tell)",
+    )
     unknownCuda: Severity = Field(default="warn", description="a GPU container whose CUDA version is unknown")
     images: list[ImageCuda] = Field(default=[], description="image → CUDA, for images tags do not tell")
     minDrivers: dict[str, str] = Field(default={}, description="extra or corrected rows: CUDA version → minimum driver")
