@@ -105,7 +105,7 @@ def test_a_pod_within_the_bounds_is_charged_as_it_names_its_models() -> None:
     assert charge.holding.models == frozenset(models)
 
 
-FORGED = {
+FORGED: dict[str, tuple[dict[str, Any], str]] = {
     "namespace": ({"namespace": "ML_A"}, "its namespace 'ML_A' is not a DNS-1123 label"),
     "long namespace": ({"namespace": "a" * 64}, "is not a DNS-1123 label of at most 63 characters"),
     "name": ({"name": "ghost%zz-1"}, "its name 'ghost%zz-1' is not a DNS-1123 subdomain"),
