@@ -12,9 +12,12 @@ fills again.
 
 from __future__ import annotations
 
+import json
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from decimal import Decimal
 from concurrent.futures import ThreadPoolExecutor
@@ -237,3 +240,35 @@ def test_audit_counts_charges_in_flight_as_used(admin: Kube, admission: Admissio
     empty = audit(f"{ledgers}-none")
     assert empty.returncode == 0, empty.stdout + empty.stderr
     admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ledgers}})
+
+
+def _forge(admission: Admission, namespace: str, name: str, uid: str) -> dict[str, Any]:
+    """An AdmissionReview of a new GPU pod sent straight to the webhook's port, as kube-apiserver never sent it."""
+    obj = pod(name, namespace, gpu_container())
+    obj["metadata"]["uid"] = uid
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": f"review-{uid}", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+        "namespace": namespace, "name": name, "object": obj, "dryRun": False}}
+    ctx = ssl.create_default_context(cafile=str(admission.cert_dir / "ca.crt"))
+    request = urllib.request.Request(f"https://127.0.0.1:{admission.port}/validate", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, context=ctx, timeout=10) as answer:
+        return dict(json.loads(answer.read())["response"])
+
+
+def test_reviews_forged_to_the_webhooks_port_hold_no_gpus_past_the_window(admin: Kube, admission: Admission,
+                                                                          burst: Burst) -> None:
+    """Issue #42: a name no pod can have is refused and charges nothing; a ghost with a name a pod could have
+    is charged (the webhook cannot tell), and released within the window: no pod by that uid exists."""
+    (namespace,) = burst()
+    refused = _forge(admission, namespace, "ghost%zz-0d6c5f0e", "ghost-uid-0")
+    assert refused["allowed"] is False
+    assert "cannot be charged to the GPU quota ledger: its name 'ghost%zz-0d6c5f0e' is not a DNS-1123 subdomain" in \
+        refused["status"]["message"], refused
+    ghosts = [_forge(admission, namespace, f"ghost-{i}", f"ghost-uid-{i + 1}") for i in range(3)]
+    assert all(g["allowed"] for g in ghosts), ghosts
+    assert set(charged(admin, namespace)) == {"ghost-uid-1", "ghost-uid-2", "ghost-uid-3"}
+    eventually(_released(admin, namespace, set()), timeout=RELEASED_WITHIN, what="the ghosts' charges released")
+    made, refusals = create_at_once(admin, [pod(f"p{i}", namespace, gpu_container()) for i in range(7)])
+    assert len(made) == 5, refusals

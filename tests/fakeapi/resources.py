@@ -61,6 +61,8 @@ TYPES: tuple[ResourceType, ...] = (
     ResourceType("clusterpolicyreports", "ClusterPolicyReport", "wgpolicyk8s.io", "v1alpha2"),
     ResourceType("reports", "Report", "openreports.io", "v1alpha1", namespaced=True),
     ResourceType("clusterreports", "ClusterReport", "openreports.io", "v1alpha1"),
+    # the GPU quota ledger's objects (deploy/base/quota-ledger-crd.yaml)
+    ResourceType("gpuquotaledgers", "GPUQuotaLedger", "gpu-admission.io", "v1alpha1", namespaced=True),
     ResourceType(
         "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "admissionregistration.k8s.io"
     ),

@@ -36,9 +36,10 @@ class FakeApiServer:
         ssl_context: ssl.SSLContext | None = None,
         history_limit: int = 200_000,
         default_namespaces: Iterable[str] = DEFAULT_NAMESPACES,
+        max_object_bytes: int | None = None,
     ) -> None:
         self._ssl = ssl_context
-        self._store = Store(history_limit)
+        self._store = Store(history_limit, max_object_bytes)
         self._log = RequestLog(self._store.lock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -18,6 +18,7 @@ import base64
 import collections
 import copy
 import datetime
+import json
 import random
 import string
 import threading
@@ -39,8 +40,10 @@ def _now() -> str:
 class Store:
     """The fake's state; every method but :meth:`broadcast` runs with :attr:`lock` held."""
 
-    def __init__(self, history_limit: int) -> None:
+    def __init__(self, history_limit: int, max_object_bytes: int | None = None) -> None:
         self.history_limit = history_limit
+        #: etcd's request limit (1.5 MiB there): a bigger object is refused as kube-apiserver passes it on
+        self.max_object_bytes = max_object_bytes
         self.lock = threading.RLock()
         self.rv = 0
         self.compacted = 0  # watches from an older resourceVersion get 410
@@ -107,6 +110,9 @@ class Store:
         return self._write(rt, "DELETED", gone)
 
     def _write(self, rt: ResourceType, event_type: str, obj: Obj) -> Obj:
+        if self.max_object_bytes is not None and event_type != "DELETED" and \
+                len(json.dumps(obj)) > self.max_object_bytes:
+            raise ApiError(500, "etcdserver: request is too large")  # (kube-apiserver answers etcd's refusal so)
         self.rv += 1
         obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
         meta = obj["metadata"]

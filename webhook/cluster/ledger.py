@@ -50,12 +50,16 @@ class Settlement(NamedTuple):
     unavailable: str = ""
     #: the charges written (to release again if the pod is refused after all)
     charged: tuple[Charge, ...] = ()
+    #: the API server refused a ledger write for what it holds (``ApiError.refused``: why): the caps
+    #: fail closed whatever clusterUnavailable says ("" : it did not)
+    refused: str = ""
 
 
 class _Verdict(NamedTuple):
     denials: tuple[Finding, ...] = ()
     unavailable: str = ""
     charged: bool = False
+    refused: str = ""
 
 
 @dataclass
@@ -88,18 +92,19 @@ class Ledger:
         deadline = loop.time() + self.settings.budget
         charged: list[Charge] = []
         denials: list[Finding] = []
-        unavailable = ""
+        unavailable = refused = ""
         for charge in sorted(charges, key=_order):
             verdict = await self._writer(charge.key).judge(charge, dry_run, deadline)
             if verdict.charged:
                 charged.append(charge)
             denials.extend(verdict.denials)
             unavailable = unavailable or verdict.unavailable
+            refused = refused or verdict.refused
             if (verdict.denials or verdict.unavailable) and not dry_run:
                 break
         outcome = "denied" if denials else "unavailable" if unavailable else "dry-run" if dry_run else "charged"
         self.metrics.charges.labels(outcome).inc()
-        return Settlement(tuple(denials), unavailable, tuple(charged))
+        return Settlement(tuple(denials), unavailable, tuple(charged), refused)
 
     def release(self, charges: Iterable[Charge], reason: str) -> None:
         """Remove these charges (a pod refused after its charges were written), in the background."""
@@ -293,6 +298,13 @@ class _Writer:
                     fresh = True
                 elif exc.status == 404:
                     store.forget(ledger_object.name_of(self.key))  # deleted meanwhile: created again, seeded
+                elif exc.refused:
+                    # refused for what it holds (too large, invalid, forbidden): sending it again, or
+                    # letting clusterUnavailable admit, would let whatever made it so past the caps
+                    _answer(asks, _Verdict(unavailable=_reason(exc), refused=exc.refused))
+                    log.error("the API server refused the GPU quota ledger of %s (%s): %s", self.key.describe(),
+                              exc.refused, exc)
+                    return False
                 elif exc.retryable and (asks or attempt < 8):
                     store.metrics.retries.labels("error").inc()
                     fresh = True

@@ -12,6 +12,8 @@ OUTCOMES = ("charged", "denied", "dry-run", "unavailable")
 #: why charges were removed: the pod finished or was deleted (seen by the watch), it never
 #: appeared within the window, the pod's other charge was refused, or a recount found it gone
 RELEASES = ("finished", "deleted", "unseen", "rolled-back", "recount")
+#: why the API server refused a ledger write for what it holds (``webhook.cluster.session.ApiError.refused``)
+REFUSALS = ("too-large", "invalid", "forbidden", "bad-request")
 
 
 class LedgerMetrics:
@@ -42,6 +44,11 @@ class LedgerMetrics:
         self.unavailable = Counter(f"{PREFIX}_ledger_unavailable",
                                    "Pods admitted or refused without the ledger (clusterUnavailable decided), by decision.",
                                    ["decision"], registry=registry)
+        self.refused = Counter(f"{PREFIX}_ledger_refused",
+                               "Pods refused because the API server refused the ledger's write for what it holds "
+                               "(whatever clusterUnavailable says), by reason.", ["reason"], registry=registry)
+        for reason in REFUSALS:
+            self.refused.labels(reason)
         for outcome in OUTCOMES:
             self.charges.labels(outcome)
         for reason in RELEASES:

@@ -52,6 +52,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from webhook.kube import names
+from webhook.policy import charge_bounds
 from webhook.policy.charges import Holding, LedgerKey
 
 GROUP, VERSION, PLURAL, KIND = "gpu-admission.io", "v1alpha1", "gpuquotaledgers", "GPUQuotaLedger"
@@ -221,9 +223,19 @@ def decode(text: str) -> Entry | None:
     if not slash or not namespace or not name or not gpus:
         return None
     models = fields.get("models")
-    holding = Holding(namespace, name, fields.get("priority", ""),
-                      frozenset(m for m in models.split(",") if m) if models is not None else None, gpus)
+    # (a line an older replica wrote may name thousands of models: read as every model, and written
+    # back bounded)
+    kept = charge_bounds.models_kept(frozenset(m for m in models.split(",") if m)) if models is not None else None
+    holding = Holding(namespace, name, fields.get("priority", ""), kept, gpus)
     return Entry(holding, at)
+
+
+#: the longest line (uid and newline included) :func:`text_of` writes for a charge within
+#: ``webhook.policy.charge_bounds`` (``charge_bounds.refusal`` refuses any other pod): ~1.5 KB, so a
+#: ledger object holds ~1,000 charges even if every pod of the group wrote the longest it can
+LINE_MAX = (names.UID_MAX + 1 + names.LABEL_MAX + 1 + names.SUBDOMAIN_MAX  # <uid> <namespace>/<name>
+            + 1 + charge_bounds.GPUS_TEXT_MAX + len(" at=2026-01-01T00:00:00.000Z")
+            + len(" priority=") + names.SUBDOMAIN_MAX + len(" models=") + charge_bounds.MODELS_TEXT_MAX + 1)
 
 
 #: a charge's line, read or written: each ledger is read and written whole on every change, and

@@ -3,9 +3,11 @@
 - A pod the cluster view sees finish or go (Succeeded, Failed, being
   deleted, deleted) releases its charges at once (the index's pod watch).
 - A charge whose pod the view has not shown within the window
-  (``--quota-window``) is checked with a read of the pod, and released when
-  the pod does not exist (refused by a later admission plugin or webhook, a
-  failed etcd write, a client that gave up, a name generated again).
+  (``--quota-window``) is checked with a read of the pod, and released unless
+  the pod exists with that uid (refused by a later admission plugin or webhook,
+  a failed etcd write, a client that gave up, a name generated again, a
+  review forged to the webhook's port); when the API server cannot be asked,
+  released all the same once ``UNREACHABLE_WINDOWS`` windows old.
 - Every ``--quota-recount`` seconds, and when the index lists the pods again
   or a namespace's labels change, each ledger is recounted from the view's
   pods (``webhook.cluster.recount``): a pod holding GPUs without a charge is
@@ -23,6 +25,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
@@ -36,6 +39,7 @@ from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
+from webhook.kube import names
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.policy.loader import PolicySet
 from webhook.view.aggregates import pod_key
@@ -50,6 +54,9 @@ KIND = kinds.Kind(ledger_object.PLURAL, ledger_object.KIND, ledger_object.API_VE
 RELEASE_SPREAD = 0.25
 #: the upkeep's beat (at most; a shorter sweep interval beats faster)
 TICK = 1.0
+#: a charge whose pod the API server could not be asked about (not reached, 5xx) is released once this
+#: many windows old all the same: a charge is kept only by its pod seen to exist (docs/quota.md)
+UNREACHABLE_WINDOWS = 3
 #: a ledger is settled once its recent part holds this many charges of stored pods or released ones
 #: (more for a large ledger: _batch), or after this many seconds since it was last settled
 SETTLE_BATCH, SETTLE_AFTER = 32, 5.0
@@ -140,7 +147,7 @@ class Upkeep:
         ledger = self.ledger
         now, window = ledger.store.now(), ledger.settings.window
         finished: set[str] = set()
-        overdue: dict[str, Holding] = {}
+        overdue: dict[str, Entry] = {}
         in_flight = 0
         lapsed: set[LedgerKey] = set()
         for key, entries in ledger.store.holdings().items():
@@ -156,12 +163,15 @@ class Upkeep:
                 elif now - entry.at < window:
                     in_flight += 1
                 else:
-                    overdue[uid] = entry.holding
+                    overdue[uid] = entry
         ledger.metrics.in_flight.set(in_flight)
         if finished:
             ledger.release_pods(finished, "finished")
-        for uid, holding in overdue.items():
-            if not await self._exists(holding.namespace, holding.name, uid):
+        for uid, entry in overdue.items():
+            found = await self._exists(entry.holding.namespace, entry.holding.name, uid)
+            # kept only while the pod is known to exist; an API server that cannot say delays the
+            # release, for UNREACHABLE_WINDOWS windows at most (a ghost must not hold a cap for ever)
+            if found is False or (found is None and now - entry.at >= UNREACHABLE_WINDOWS * window):
                 ledger.release_pods([uid], "unseen")
         for key in lapsed:
             try:
@@ -169,13 +179,17 @@ class Upkeep:
             except ApiError as exc:
                 log.warning("freeing the reservations of %s failed: %s", key.describe(), exc)
 
-    async def _exists(self, namespace: str, name: str, uid: str) -> bool:
-        """Whether the pod exists and holds its GPUs, read from the API server (the view may lag)."""
+    async def _exists(self, namespace: str, name: str, uid: str) -> bool | None:
+        """Whether the pod exists with this uid and holds its GPUs, read from the API server (the view may
+        lag); None when the API server cannot say (not reached, 5xx, 429). Any other answer is a no: a 404,
+        and a 400 or 422 (a name no pod can have, as in a review forged to the webhook's port)."""
+        if not (names.is_dns_label(namespace) and names.is_dns_subdomain(name)):
+            return False  # no pod has that name: nothing to read
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
         try:
-            pod = await self.ledger.store.session.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
-                                                          timeout=5.0)
+            pod = await self.ledger.store.session.request("GET", path, timeout=5.0)
         except ApiError as exc:
-            return exc.status != 404  # unknown: kept until the next sweep
+            return None if exc.status == 0 or exc.status == 429 or exc.status >= 500 else False
         return recount.uid_of(pod) == uid and recount.live(pod)
 
     async def recount(self) -> None:

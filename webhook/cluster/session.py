@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 30.0
 
 
+#: what etcd says of a request past its limit (1.5 MiB), which kube-apiserver passes on as a 500
+TOO_LARGE = "request is too large"
+
+
 class ApiError(Exception):
     """A request the API server refused or did not answer: ``status`` 0 when it did not answer."""
 
@@ -38,8 +42,25 @@ class ApiError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Worth sending again within the same budget: no answer, 429, or a server error."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
+        """Worth sending again within the same budget: no answer, 429, or a server error (but not one
+        refusing what was sent)."""
+        return not self.refused and (self.status == 0 or self.status == 429 or self.status >= 500)
+
+    @property
+    def refused(self) -> str:
+        """Why the API server refused the request for what it is, not for being busy or away ("": it
+        did not): ``too-large`` (413, or etcd's "request is too large", which kube-apiserver answers
+        as a 500), ``invalid`` (422), ``forbidden`` (401, 403), ``bad-request`` (any other 4xx but a
+        404, a 408 timeout, a 409 conflict and a 429)."""
+        if self.status == 413 or TOO_LARGE in self.message:
+            return "too-large"
+        if self.status == 422:
+            return "invalid"
+        if self.status in (401, 403):
+            return "forbidden"
+        if 400 <= self.status < 500 and self.status not in (404, 408, 409, 429):
+            return "bad-request"
+        return ""
 
 
 class ApiSession:

@@ -18,6 +18,11 @@ from webhook.policy import match
 from webhook.policy.settings.validation import QuotaLimit
 from webhook.view.usage import UsageKey
 
+#: the models of a pod that names more of them than a charge keeps, or a value no node label can hold
+#: (``webhook.policy.charge_bounds``): it may land on any model, so every cap counts it ("*" is no
+#: label value, so no pod's real models are ever this)
+MANY: frozenset[str] = frozenset({"*"})
+
 #: every finding ends with what to do; a data scientist can do one of these two
 WHAT_TO_DO = " (stop GPU pods you no longer need, or ask for a larger cap)"
 
@@ -34,10 +39,12 @@ def amount(matcher: resources.ResourceMatcher, gpus: Iterable[tuple[str, Decimal
 
 def counts(model: str, priority_classes: Iterable[str], priority: str, models: frozenset[str] | None) -> bool:
     """A cap on ``model`` and ``priority_classes`` counts pods of this priority class on these models
-    (None: a pod that may land on any model)."""
+    (None: a pod that may land on any model; :data:`MANY`: on too many to name, counted by every cap)."""
     classes = tuple(priority_classes)
     if classes and priority not in classes:
         return False
+    if models == MANY:
+        return True
     if model == "any":
         return models is None
     return model == "*" or any(fnmatchcase(m, model) for m in models or ())

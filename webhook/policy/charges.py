@@ -185,3 +185,16 @@ def unavailable(charges: Iterable[Charge], reason: str) -> tuple[Finding, ...]:
             seen[(check.policy, check.fail_closed)] = Finding(
                 check.policy, RULE, "enforce" if check.fail_closed else "warn", message, check.field)
     return tuple(seen.values())
+
+
+def refused(charges: Iterable[Charge], reason: str) -> tuple[Finding, ...]:
+    """What to report when the API server refused the ledger's write for what it holds (too large,
+    invalid, forbidden): a denial per policy, whatever its rule's ``clusterUnavailable`` says (admitting
+    would let whatever made the write so past the caps)."""
+    seen: dict[str, Finding] = {}
+    for charge in charges:
+        for check in charge.caps:
+            if check.policy not in seen:
+                message = f"{check.where}: GPU quota ledger refused the charge: {reason} (GPU caps fail closed)"
+                seen[check.policy] = Finding(check.policy, RULE, "enforce", message, check.field)
+    return tuple(seen.values())

@@ -6,7 +6,9 @@ The engine states what an allowed pod charges to the caps it enforces
 the ledger says into the answer: a denial naming the cap and where the
 team's GPUs are, or, when the ledger cannot be reached within the budget,
 what each rule's ``clusterUnavailable`` says (fail-open: allowed, with a
-warning; fail-closed: denied). A pod refused after some of its charges were
+warning; fail-closed: denied); when the API server refused the ledger's write
+for what it holds (too large, invalid, forbidden), a denial whatever
+``clusterUnavailable`` says. A pod refused after some of its charges were
 written gives them back.
 """
 
@@ -28,7 +30,14 @@ async def settle(ledger: Ledger, request: Request, decision: Decision) -> Decisi
         return decision
     settlement = await ledger.settle(decision.charges, request.dry_run)
     findings = settlement.denials
-    if not findings and settlement.unavailable:
+    if not findings and settlement.refused:
+        # the API server refused the write for what it holds: no rule's clusterUnavailable admits past that
+        findings = charges.refused(decision.charges, settlement.unavailable)
+        ledger.metrics.unavailable.labels("fail-closed").inc()
+        ledger.metrics.refused.labels(settlement.refused).inc()
+        log.error("GPU quota ledger write refused (%s) for %s: %s; the pod is refused whatever clusterUnavailable "
+                  "says", settlement.refused, request.subject, settlement.unavailable)
+    elif not findings and settlement.unavailable:
         findings = charges.unavailable(decision.charges, settlement.unavailable)
         closed = any(f.mode == "enforce" for f in findings)
         ledger.metrics.unavailable.labels("fail-closed" if closed else "fail-open").inc()

@@ -23,7 +23,7 @@ from webhook.kube import resourcequota
 from webhook.kube.patch import pointer
 from webhook.kube.value_text import text
 from webhook.policy import caps as cap_rules
-from webhook.policy import severity
+from webhook.policy import charge_bounds, severity
 from webhook.policy.caps import WHAT_TO_DO, amount, counted, covers, held, number
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 from webhook.policy.context import RuleContext
@@ -49,8 +49,10 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
     asks = ctx.pod_gpus()  # extended resources and DRA claims' devices
     if not any(asks.values()):
         return
-    me = _Pod(ctx.request.namespace, claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel), ctx.claims),
-              text(ctx.spec.get("priorityClassName") or ""), asks)
+    # (models as a charge keeps them: a pod naming thousands is counted by every model cap, here as there)
+    models = charge_bounds.models_kept(claim_gpus.confine(scheduling.label_values(ctx.spec, cfg.modelLabel),
+                                                          ctx.claims))
+    me = _Pod(ctx.request.namespace, models, text(ctx.spec.get("priorityClassName") or ""), asks)
     if not ctx.target.is_pod:
         if cfg.templates == "warn":
             _check_template(ctx, cfg, me)
@@ -116,8 +118,13 @@ def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) 
     if not uid:
         return
     gpus = tuple(sorted((name, n) for name, n in me.gpus.items() if n))
-    holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus)
     where, field = ctx.where(), pointer(ctx.spec_path("containers"))
+    # a charge line of bounded size, holding nothing a line could be misread by (a forged review)
+    refused = charge_bounds.refusal(me.namespace, ctx.request.name, uid, me.priority, gpus)
+    if refused:
+        ctx.report(f"{where}: cannot be charged to the GPU quota ledger: {refused}", field)
+        return
+    holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus)
     team = _team_ledger(cfg, ctx.ns_labels)
     charges = ctx.sink.charges
     if charges is None:
