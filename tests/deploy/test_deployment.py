@@ -61,7 +61,8 @@ def test_server_arguments_use_the_mounted_paths() -> None:
     assert args["--host"] == "0.0.0.0"
     assert args["--port"] == "8443"
     assert "--no-cluster" not in args and "--kubeconfig" not in args  # in-cluster account
-    assert [p["containerPort"] for p in SERVER["ports"]] == [8443]
+    assert args["--metrics-port"] == "9090"  # /metrics off the TLS port, on a plain one (networkpolicy)
+    assert [(p["name"], p["containerPort"]) for p in SERVER["ports"]] == [("https", 8443), ("metrics", 9090)]
 
 
 def test_grace_period_outlasts_prestop_and_graceful_shutdown() -> None:
@@ -118,13 +119,15 @@ def test_tls_secret_and_policies_are_mounted_where_the_server_reads() -> None:
     assert deploy_tree.one("ConfigMap", "gpu-admission-policies", docs=BASE)
 
 
-def test_probes_hit_the_right_endpoints_over_https() -> None:
+def test_probes_hit_the_right_endpoints_on_the_plain_port() -> None:
+    """The kubelet presents no client certificate, which the TLS port requires with --client-ca:
+    the probes use the plain port (--metrics-port), which serves /healthz and /readyz too."""
     expected = {"readinessProbe": "/readyz", "livenessProbe": "/healthz", "startupProbe": "/healthz"}
     ports = {p["name"]: p["containerPort"] for p in SERVER["ports"]}
     for probe, path in expected.items():
         get = SERVER[probe]["httpGet"]
-        assert (get["path"], get["scheme"]) == (path, "HTTPS"), probe
-        assert ports.get(get["port"], get["port"]) == 8443, probe
+        assert (get["path"], get["scheme"]) == (path, "HTTP"), probe
+        assert ports.get(get["port"], get["port"]) == int(_args(SERVER)["--metrics-port"]), probe
 
 
 def test_runs_with_the_api_access_and_priority_it_needs() -> None:
@@ -163,7 +166,23 @@ def test_service_selects_the_pods() -> None:
     service = deploy_tree.one("Service", "gpu-admission", docs=BASE)
     labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
     assert deploy_tree.labels_match({"matchLabels": service["spec"]["selector"]}, labels)
-    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("https", 443)]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("https", 443, "https"), ("metrics", 9090, "metrics")]
+
+
+def test_the_network_policy_admits_the_webhook_port_and_the_metrics_port_only() -> None:
+    """deploy/networkpolicy/: the admission port from an address block (the control plane's), the
+    metrics port from the monitoring namespace; nothing else reaches the pods."""
+    policy = deploy_tree.one("NetworkPolicy", "gpu-admission")
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == NAMESPACE and spec["policyTypes"] == ["Ingress"]
+    assert deploy_tree.labels_match(spec["podSelector"], DEPLOYMENT["spec"]["template"]["metadata"]["labels"])
+    ports = {p["name"]: p["containerPort"] for p in SERVER["ports"]}
+    admission, metrics = spec["ingress"]
+    assert admission["ports"] == [{"port": ports["https"], "protocol": "TCP"}]
+    assert [set(f) for f in admission["from"]] == [{"ipBlock"}] and "except" not in admission["from"][0]["ipBlock"]
+    assert metrics["ports"] == [{"port": ports["metrics"], "protocol": "TCP"}]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
 
 
 def test_priority_classes_the_policies_refer_to() -> None:

@@ -377,7 +377,8 @@ def _guard_allows(old: dict[str, Any] | None, new: dict[str, Any], may_label: bo
 GUARD_CASES = [
     # (old labels, new labels, allowed without the verb)
     ("create without labels", None, None, True),
-    ("create, other labels", None, {"team": "a"}, True),
+    ("create, other labels", None, {"purpose": "a"}, True),
+    ("create with a team", None, {"team": "a"}, False),
     ("create opted in", None, {KEY: "true"}, False),
     ("create labelled false", None, {KEY: "false"}, True),
     ("opt in", {"team": "a"}, {"team": "a", KEY: "true"}, False),
@@ -387,8 +388,13 @@ GUARD_CASES = [
     ("false to absent", {KEY: "false"}, {}, True),
     ("false to another value", {KEY: "false"}, {KEY: "no"}, True),
     ("labels dropped entirely", {KEY: "true"}, None, False),
-    ("unrelated label edit", {KEY: "true"}, {KEY: "true", "team": "b"}, True),
+    ("unrelated label edit", {KEY: "true", "team": "a"}, {KEY: "true", "team": "a", "purpose": "b"}, True),
     ("no labels before or after", None, None, True),
+    ("team changed", {"team": "a"}, {"team": "b"}, False),
+    ("team removed", {KEY: "true", "team": "a"}, {KEY: "true"}, False),
+    ("team set", {KEY: "true"}, {KEY: "true", "team": "a"}, False),
+    ("team set empty", {}, {"team": ""}, False),
+    ("team and opt-in kept, others dropped", {KEY: "true", "team": "a", "x": "1"}, {KEY: "true", "team": "a"}, True),
 ]
 
 
@@ -405,8 +411,8 @@ def test_label_guard_is_bound_to_deny() -> None:
     assert binding["spec"]["policyName"] == POLICY["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     rules = POLICY["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"],
-                      "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                      "resources": ["namespaces", "namespaces/status", "namespaces/finalize"]}]
     role = deploy_tree.one("ClusterRole", "gpu-admission-opt-in")
     assert role["rules"] == [{"apiGroups": ["gpu-admission.io"], "resources": ["namespaces"],
                               "verbs": ["label"]}]

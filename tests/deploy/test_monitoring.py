@@ -106,22 +106,24 @@ def test_the_alerts_the_runbook_promises() -> None:
     assert any("up{" in r["expr"] and "absent(" in r["expr"] for r in RULES), "all replicas down"
 
 
-def test_servicemonitor_scrapes_the_service_over_verified_tls() -> None:
+def test_servicemonitor_scrapes_the_plain_metrics_port() -> None:
     monitor = deploy_tree.one("ServiceMonitor", "gpu-admission", docs=MONITORING)["spec"]
     service = deploy_tree.one("Service", "gpu-admission", docs=BASE)
     assert deploy_tree.labels_match(monitor["selector"], service["metadata"]["labels"])
     assert monitor["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     (endpoint,) = monitor["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
+    assert (endpoint["scheme"], endpoint["path"]) == ("http", "/metrics")
+    # the server's --metrics-port: the TLS port no longer serves /metrics
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    server = deploy_tree.one("Deployment", "gpu-admission", docs=BASE)["spec"]["template"]["spec"]["containers"][0]
+    args = server["args"]
+    container_ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert container_ports[port["targetPort"]] == int(args[args.index("--metrics-port") + 1])
     # The server's metrics carry an "endpoint" label, which the operator's
     # target label of the same name would otherwise rename.
     assert endpoint["honorLabels"] is True
-    tls = endpoint["tlsConfig"]
-    assert not tls.get("insecureSkipVerify")
-    assert tls["ca"]["secret"] == {"name": "gpu-admission-tls", "key": "ca.crt"}
-    serving = deploy_tree.one("Certificate", "gpu-admission-serving")
-    assert tls["serverName"] in serving["spec"]["dnsNames"]
+    assert "tlsConfig" not in endpoint
 
 
 DASHBOARD = deploy_tree.dashboard()

@@ -132,6 +132,8 @@ class ApiServer:
     folder: Path
     port: int = 0
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: more kube-apiserver flags (e.g. --admission-control-config-file)
+    extra_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -179,7 +181,7 @@ class ApiServer:
             f"--service-account-signing-key-file={self.folder / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
             f"--audit-policy-file={self._write_audit_policy()}", f"--audit-log-path={self.audit_log}",
-            *self._version_flags(),
+            *self._version_flags(), *self.extra_args,
         ], self.folder / "kube-apiserver.log"))
         self._wait_ready(timeout)
 

@@ -88,10 +88,13 @@ class Kube:
         return self._call(lambda: resource.patch(body=patch, name=meta["name"], content_type=content_type,
                                                  **kwargs, **query))
 
-    def replace(self, obj: Object) -> Object:
+    def replace(self, obj: Object, subresource: str | None = None) -> Object:
         resource = self._resource(obj)
         meta = obj["metadata"]
         kwargs = {"namespace": meta["namespace"]} if resource.namespaced else {}
+        if subresource:  # (e.g. PUT namespaces/NAME/finalize)
+            resource = resource.subresources[subresource]
+            kwargs["name"] = meta["name"]
         return self._call(lambda: resource.replace(body=obj, **kwargs))
 
     def apply(self, obj: Object, manager: str = "e2e", **query: Any) -> Object:

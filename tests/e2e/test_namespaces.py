@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,10 @@ def test_kube_system_is_never_touched_even_when_labelled(admin: Kube, namespace:
 EDITOR_TOKEN = "e2e-namespace-editor-token"
 NAMESPACE_EDITOR: list[Object] = [
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-namespace-editor"},
-     "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "create", "update", "patch"]}]},
+     "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "create", "update", "patch"]},
+               # the other doors a namespace's labels go through (the label guard covers them too)
+               {"apiGroups": [""], "resources": ["namespaces/status"], "verbs": ["get", "update", "patch"]},
+               {"apiGroups": [""], "resources": ["namespaces/finalize"], "verbs": ["update"]}]},
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
      "metadata": {"name": "e2e-namespace-editor"},
      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-namespace-editor"},
@@ -93,7 +96,7 @@ def test_the_label_guard_keeps_opting_in_to_those_granted_the_verb(admin: Kube, 
 
     refused = eventually(refused_by_guard, what="the label guard refusing an opt-in")
     assert 'needs the verb "label" on namespaces.gpu-admission.io' in refused.message
-    plain = editor.create(_namespace("e2e-guarded", {"team": "vision"}))  # other labels need nothing
+    plain = editor.create(_namespace("e2e-guarded", {"purpose": "vision"}))  # other labels need nothing
     with pytest.raises(Refused) as opting_in:
         editor.patch(plain, {"metadata": {"labels": {OPT_IN: "true"}}})
     assert "gpu-admission-opt-in" in opting_in.value.message
@@ -109,3 +112,62 @@ def _try_patch(kube: Kube, obj: Object, patch: Object) -> Object | None:
         return kube.patch(obj, patch)
     except Refused:
         return None
+
+
+def _guard_refusal(attempt: Callable[[], object]) -> Refused | None:
+    """The label guard's refusal of ``attempt``; None if it passed (and raise any other refusal)."""
+    try:
+        attempt()
+    except Refused as exc:
+        if exc.status == 403 and "gpu-admission-label-guard" in exc.message:
+            return exc
+        raise
+    return None
+
+
+def test_the_label_guard_covers_status_finalize_and_the_team_label(admin: Kube, editor: Kube) -> None:
+    """A user granted namespaces/status and namespaces/finalize but not the verb "label" can remove
+    neither the opt-in label nor the team label (which GPU quota caps count namespaces by) through
+    them, nor change the team label anywhere; other labels pass; once granted the verb, all pass."""
+    created = admin.create(_namespace("e2e-doors", {OPT_IN: "true", "team": "vision"}))
+    try:
+        def status_patch(labels: dict[str, str | None], **query: str) -> Callable[[], object]:
+            return lambda: editor.patch(created, {"metadata": {"labels": labels}}, subresource="status", **query)
+
+        def finalize_without(key: str) -> Callable[[], object]:
+            def put() -> object:
+                current = editor.get("v1", "Namespace", "e2e-doors")
+                current["metadata"]["labels"].pop(key)
+                return editor.replace(current, subresource="finalize")
+            return put
+
+        # the guard (created by the fixture) takes a moment to be in force: asked by dry runs, which
+        # change nothing if it is not yet
+        eventually(lambda: _guard_refusal(lambda: editor.patch(created, {"metadata": {"labels": {OPT_IN: None}}},
+                                                               dry_run="All")),
+                   what="the label guard in force")
+        refused = _guard_refusal(status_patch({OPT_IN: None}))
+        assert refused is not None and "opting namespace e2e-doors out of GPU admission" in refused.message
+        by_finalize = _guard_refusal(finalize_without(OPT_IN))
+        assert by_finalize is not None and "opting namespace e2e-doors out of" in by_finalize.message
+        for attempt in (status_patch({"team": "robotics"}), status_patch({"team": None}), finalize_without("team"),
+                        lambda: editor.patch(created, {"metadata": {"labels": {"team": "robotics"}}})):
+            team = _guard_refusal(attempt)
+            assert team is not None and "changing the label team of namespace e2e-doors" in team.message
+        labels = admin.get("v1", "Namespace", "e2e-doors")["metadata"]["labels"]
+        assert labels[OPT_IN] == "true" and labels["team"] == "vision"
+        # controls: an ordinary label passes through every door
+        assert _guard_refusal(status_patch({"purpose": "status"})) is None
+        assert _guard_refusal(lambda: editor.patch(created, {"metadata": {"labels": {"purpose": "main"}}})) is None
+        assert _guard_refusal(finalize_without("purpose")) is None
+        # granted the verb, every door opens
+        admin.create(OPT_IN_GRANT)
+        eventually(lambda: _guard_refusal(status_patch({"team": "robotics"}, dry_run="All")) is None,
+                   what="the granted verb taking effect")
+        assert _guard_refusal(status_patch({"team": "robotics"})) is None
+        assert _guard_refusal(finalize_without(OPT_IN)) is None
+        assert _guard_refusal(status_patch({"team": None})) is None
+        labels = admin.get("v1", "Namespace", "e2e-doors")["metadata"]["labels"]
+        assert OPT_IN not in labels and "team" not in labels
+    finally:
+        admin.delete(created)

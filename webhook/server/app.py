@@ -45,6 +45,8 @@ class AppConfig:
     freeze_gc_after_sync: bool = False
     #: a compiled output (``policies compile -o DIR``) installed in the cluster: its rule parts are skipped
     compiled: Path | None = None
+    #: /metrics on this app's (TLS) port; serve --metrics-port moves it to a plain port of its own
+    serve_metrics: bool = True
 
 
 def create_app(
@@ -104,7 +106,8 @@ def create_app(
     app.router.add_post("/validate", handlers.validate)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
-    app.router.add_get("/metrics", handlers.metrics)
+    if config.serve_metrics:
+        app.router.add_get("/metrics", handlers.metrics)
     return app
 
 

@@ -34,7 +34,7 @@ import signal
 import ssl
 import weakref
 from asyncio import sslproto
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from http import HTTPStatus
@@ -45,6 +45,7 @@ from aiohttp.web_request import BaseRequest
 from webhook import logs, review
 from webhook.errors import GpuAdmissionError
 from webhook.server import handlers, keys
+from webhook.server.tls import peer_names
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ QUIET_SECONDS = 0.5
 #: view (85,000 objects), a pause of the loop that answers what is in flight
 COLLECT_SECONDS = 1.0
 
+#: connections open at once on the plain metrics port (``metrics_port``): a scraper or two, and probes
+METRICS_CONNECTIONS = 64
+
 
 @dataclass(frozen=True)
 class ListenerConfig:
@@ -94,6 +98,13 @@ class ListenerConfig:
     #: after an early answer (413, 408) the rest of a body is read and dropped for this long
     lingering: float = 2.0
     backlog: int = 512
+    #: the client identities accepted (a verified client certificate's subject common name or a DNS, IP
+    #: or URI subject alternative name, ``--client-name``); empty: any certificate the client CA signed.
+    #: A connection from any other is closed once its handshake is done, before a byte of HTTP is read.
+    client_names: frozenset[str] = field(default_factory=frozenset)
+    #: serve /metrics, /healthz and /readyz (only those) in plain HTTP on this port too, on ``host``
+    #: (``--metrics-port``); None: none. The TLS port then no longer serves /metrics (the app's config).
+    metrics_port: int | None = None
 
 
 class CloseLog:
@@ -123,6 +134,29 @@ class CloseLog:
             self._flush = asyncio.get_running_loop().call_later(self._interval, self._write)
         else:
             self._flush = None
+
+
+class _Refusals:
+    """A WARNING line for each new set of refused client names, DEBUG for its repeats (a client
+    retrying at once must not flood the logs; its names come from a certificate the client CA
+    signed, so the sets are few)."""
+
+    def __init__(self, remembered: int = 64) -> None:
+        self._seen: set[frozenset[str]] = set()
+        self._remembered = remembered
+
+    def refused(self, names: frozenset[str]) -> None:
+        shown = ", ".join(sorted(names)) or "no name"
+        if names in self._seen:
+            log.debug("refused a client certificate naming %s: not a --client-name", shown)
+            return
+        if len(self._seen) < self._remembered:
+            self._seen.add(names)
+        log.warning("refused a client certificate naming %s: not a --client-name (its connection is closed "
+                    "after the handshake)", shown)
+
+
+_refusals = _Refusals()
 
 
 class GuardedHandler(web_protocol.RequestHandler):
@@ -161,9 +195,25 @@ class GuardedHandler(web_protocol.RequestHandler):
             self._app[keys.METRICS].reject("connection-cap")
             self.force_close()
             return
+        if self._config.client_names and not self._client_accepted(transport):
+            self._app[keys.METRICS].reject("client-name")
+            if self.transport is not None:  # (no close_notify exchange: nothing was said, nothing is owed)
+                self.transport.abort()
+            self.force_close()
+            return
         self._app[keys.METRICS].connections.inc()
         self._counted = True
         self._arm_header_timer()
+
+    def _client_accepted(self, transport: asyncio.BaseTransport) -> bool:
+        """The verified client certificate names one of ``client_names`` (without one: refused)."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        names = peer_names(cert) if cert else frozenset()
+        if names & self._config.client_names:
+            return True
+        _refusals.refused(names)
+        return False
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._header_timer is not None:
@@ -297,7 +347,7 @@ class GuardedSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"https://{self._config.host}:{self.port}"
+        return f"{'https' if self._ssl_context else 'http'}://{self._config.host}:{self.port}"
 
     @property
     def handshake_timeout(self) -> float:
@@ -329,13 +379,20 @@ class GuardedSite(web.BaseSite):
 class Listener:
     """A running server: its app, runner and site, and the way it stops."""
 
-    def __init__(self, runner: web.AppRunner, site: GuardedSite) -> None:
+    def __init__(self, runner: web.AppRunner, site: GuardedSite,
+                 metrics: tuple[web.AppRunner, GuardedSite] | None = None) -> None:
         self.runner = runner
         self.site = site
+        #: the plain metrics port's runner and site (``ListenerConfig.metrics_port``)
+        self.metrics = metrics
 
     @property
     def port(self) -> int:
         return self.site.port
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.metrics[1].port if self.metrics is not None else None
 
     async def stop(self, drain: float = 0.0, timeout: float = 15.0) -> None:
         """Drain, stop listening, answer what is in flight, then close; within ``timeout`` seconds."""
@@ -358,6 +415,8 @@ class Listener:
                 break
             await asyncio.sleep(0.05)
         await self.runner.cleanup()
+        if self.metrics is not None:  # (last: a scrape during the drain sees it, /readyz 503 there too)
+            await self.metrics[0].cleanup()
 
     def _busy(self, now: float) -> bool:
         """A request may still come or is being answered: on a connection mid-handshake (accepted
@@ -384,15 +443,38 @@ async def start(app: web.Application, config: ListenerConfig, ssl_context: ssl.S
     assert runner.server is not None
     runner.server.request_handler = handlers.dispatch(app)  # (before the site makes its first connection)
     site = GuardedSite(runner, config, ssl_context)
+    plain: web.AppRunner | None = None
     try:
         await site.start()
+        if config.metrics_port is None:
+            return Listener(runner, site)
+        plain = web.AppRunner(metrics_app(app), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await plain.setup()
+        plain_config = replace(config, port=config.metrics_port, max_connections=METRICS_CONNECTIONS,
+                               client_names=frozenset(), metrics_port=None)
+        plain_site = GuardedSite(plain, plain_config, None)
+        await plain_site.start()
+        return Listener(runner, site, (plain, plain_site))
     except BaseException:
         # (a port taken, say): what the startup began (watches, the quota ledger's writers, worker
         # threads) is stopped here, in order, while the loop still runs, not left to the loop's
         # teardown, which cancels the tasks first and may wait on what they were to stop
+        if plain is not None:
+            await plain.cleanup()
         await runner.cleanup()
         raise
-    return Listener(runner, site)
+
+
+def metrics_app(app: web.Application) -> web.Application:
+    """The plain-HTTP face of ``app``: /metrics, /healthz and /readyz on its state, nothing else (404)."""
+    plain = web.Application()
+    plain[keys.METRICS] = app[keys.METRICS]
+    plain[keys.DRAINING] = app[keys.DRAINING]
+    plain[keys.READY_CHECKS] = app[keys.READY_CHECKS]  # (the same list: the cluster index adds its check later)
+    plain.router.add_get("/metrics", handlers.metrics)
+    plain.router.add_get("/healthz", handlers.healthz)
+    plain.router.add_get("/readyz", handlers.readyz)
+    return plain
 
 
 async def serve(app: web.Application, config: ListenerConfig, ssl_context: ssl.SSLContext | None, *, drain: float,
@@ -405,6 +487,8 @@ async def serve(app: web.Application, config: ListenerConfig, ssl_context: ssl.S
     loop = asyncio.get_running_loop()
     log.info("serving on https://%s:%d (event loop: %s)", config.host, running.port,
              "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio")
+    if running.metrics_port is not None:
+        log.info("serving /metrics, /healthz and /readyz on http://%s:%d", config.host, running.metrics_port)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -39,7 +39,7 @@ OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT", ""})
 #: why a request or connection was refused before (or instead of) its evaluation (docs/robustness.md)
 REJECT_REASONS = frozenset({
     "header-timeout", "connection-cap", "body-timeout", "too-large", "too-many-objects", "encoding", "framing",
-    "limit", "deadline",
+    "limit", "deadline", "client-name",
 })
 
 _Key = TypeVar("_Key", bound=tuple[str, ...])

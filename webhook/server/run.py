@@ -26,6 +26,8 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
     new_loop = loop.factory(args.event_loop)  # --event-loop uvloop without uvloop fails before any work
     core = compiled.policy_core()  # the image runs it compiled (setup.py); a mix means a broken build
     (log.warning if core == "partly compiled" else log.info)("policy core: %s", core)
+    if args.client_name and not args.client_ca:
+        raise SystemExit("--client-name needs --client-ca (the CA that signs the names it accepts)")
     cert, key = _certificate_files(args)
     tls = ReloadingTLS(cert, key, args.client_ca)
     limits = Limits(body_timeout=args.body_timeout, deadline=args.eval_deadline)
@@ -34,7 +36,7 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
     metrics.count_log_drops(lambda: output.dropped)
     app = create_app(
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True,
-                  compiled=args.compiled),
+                  compiled=args.compiled, serve_metrics=args.metrics_port is None),
         tls=tls,
         cluster=_cluster_builder(api_client) if api_client is not None else None,
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
@@ -45,6 +47,7 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
     config = listener.ListenerConfig(
         host=args.host, port=args.port, header_timeout=args.header_timeout, trickle=args.park_after,
         idle_timeout=args.idle_timeout, handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
+        client_names=frozenset(args.client_name), metrics_port=args.metrics_port,
     )
     with collector.fewer_collections():
         loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
