@@ -158,6 +158,11 @@ def listening_port(process: subprocess.Popen[bytes], timeout: float = 30.0) -> i
 
     A server started with ``--port 0`` binds a port the kernel picks: no other process can take
     it between being picked and being bound, as one picked beforehand (``free_port``) can be."""
+    return min(listening_ports(process, 1, timeout))
+
+
+def listening_ports(process: subprocess.Popen[bytes], count: int, timeout: float = 30.0) -> set[int]:
+    """The TCP ports ``process`` listens on, once there are ``count`` (Linux: /proc)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, f"the server exited with {process.returncode} before it listened"
@@ -168,15 +173,18 @@ def listening_port(process: subprocess.Popen[bytes], timeout: float = 30.0) -> i
                     link = os.readlink(f"/proc/{process.pid}/fd/{fd}")
                     if link.startswith("socket:["):
                         inodes.add(link[8:-1])
+        ports = set()
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             with contextlib.suppress(OSError), open(table) as lines:
                 next(lines)
                 for line in lines:
                     fields = line.split()
                     if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                        return int(fields[1].rsplit(":", 1)[1], 16)
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        if len(ports) >= count:
+            return ports
         time.sleep(0.05)
-    raise AssertionError(f"the server did not listen within {timeout:g} s")
+    raise AssertionError(f"the server did not listen on {count} port(s) within {timeout:g} s")
 
 
 def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import Pki, StartWebhook, make_pki
-from tests.support import REPO, free_port, unavailable
+from tests.support import REPO, free_port, listening_ports, unavailable
 from webhook import certs
 from webhook.server import keys, listener
 from webhook.server.tls import TLS12_CIPHERS, peer_names
@@ -60,31 +60,6 @@ def s_client(port: int, ca: Path, *flags: str, cert: tuple[Path, Path] | None = 
     fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     return Handshake(done.returncode == 0 and "CONNECTION ESTABLISHED" in out,
                      fields.get("Protocol version", ""), fields.get("Ciphersuite", ""), out)
-
-
-def listening_ports(process: subprocess.Popen[bytes], count: int, timeout: float = 30.0) -> set[int]:
-    """The TCP ports ``process`` listens on, once there are ``count`` (Linux: /proc)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"the server exited with {process.returncode} before it listened"
-        inodes = set()
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{process.pid}/fd"):
-                with contextlib.suppress(OSError):
-                    link = os.readlink(f"/proc/{process.pid}/fd/{fd}")
-                    if link.startswith("socket:["):
-                        inodes.add(link[8:-1])
-        ports = set()
-        with contextlib.suppress(OSError), open("/proc/net/tcp") as lines:
-            next(lines)
-            for line in lines:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        if len(ports) >= count:
-            return ports
-        time.sleep(0.05)
-    raise AssertionError(f"the server did not listen on {count} ports within {timeout:g} s")
 
 
 @contextlib.contextmanager
