@@ -195,6 +195,23 @@ def test_policyreport_skips_gpu_only_policies_per_object(capsys: pytest.CaptureF
     assert "gpu-defaults" in skipped and "gpu-access-guard" not in skipped  # gpuOnly: false there
 
 
+def test_policyreport_reports_class_scoped_policies_only_where_the_server_runs_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """inference-spread runs on inference pods, training-locality on training pods: each shows on its own."""
+    training = GPU_POD.replace("{name: trainer,", "{name: trainer, labels: {gpu-admission.io/workload-class: training},")
+    inference = GPU_POD.replace("{name: trainer,", "{name: server, labels: {gpu-admission.io/workload-class: inference},")
+    assert training != GPU_POD and inference != GPU_POD
+    path = write(tmp_path / "pods.yaml", training + "---\n" + inference)
+    _, out, _ = audit(capsys, "--cluster-state", str(CLUSTER), "-o", "policyreport", str(path))
+    by_pod: dict[str, set[str]] = {}
+    for report in yaml.safe_load(out)["items"]:
+        for result in report["results"]:
+            by_pod.setdefault(result["resources"][0]["name"], set()).add(result["policy"])
+    assert "training-locality" in by_pod["trainer"] and "inference-spread" not in by_pod["trainer"], by_pod
+    assert "inference-spread" in by_pod["server"] and "training-locality" not in by_pod["server"], by_pod
+
+
 DEPLOYMENT = """\
 apiVersion: apps/v1
 kind: Deployment

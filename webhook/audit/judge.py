@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from webhook.audit.inputs import Document
 from webhook.kube.dra import is_claim
-from webhook.policy import engine, loader, match
+from webhook.policy import engine, loader, match, schema
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Phase, Request
 from webhook.policy.rules import dra_claims
@@ -32,6 +32,8 @@ class Result:
     request: Request
     mutation: Decision
     validation: Decision
+    #: the request the validating webhook judges: the object as the mutating webhook leaves it
+    validated: Request
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -85,7 +87,7 @@ def judge(policies: loader.PolicySet, view: ClusterView, document: Document, nam
         if mutation.patch else request
     )  # fmt: skip
     validation = engine.evaluate(policies, validated, view, "validate")
-    return Result(document, request, mutation, validation)
+    return Result(document, request, mutation, validation, validated)
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,9 @@ class Outcome:
         return f"{self.policy}/{self.rule}"
 
 
-#: per policy that applies: its name, whether it is GPU-only, and its enabled rules (name, mode, phase)
-Plan = tuple[tuple[str, bool, tuple[tuple[str, str, Phase], ...]], ...]
+#: per policy that applies: its name, whether it is GPU-only, its enabled rules (name, mode, phase), and the
+#: policy itself when it has workload-class conditions (checked per object: the classes of its pod specs)
+Plan = tuple[tuple[str, bool, tuple[tuple[str, str, Phase], ...], schema.GPUPolicy | None], ...]
 
 
 def outcomes(
@@ -137,8 +140,11 @@ def outcomes(
         changed.setdefault((change.policy, change.rule), []).append(change.what)
     has_gpu: dict[Phase, bool] = {}  # per phase, as the engine judges it (only when a GPU-only policy asks)
     lifted_by = _lifted_by(policies, result) if policies.exceptions else {}
-    for name, gpu_only, rules in plan:
+    classes: dict[Phase, tuple[str, ...]] = {}  # per phase, the object's pod specs' workload classes
+    for name, gpu_only, rules, scoped in plan:
         for rule, mode, phase in rules:
+            if scoped is not None and not _takes(scoped, policies, view, result, phase, classes):
+                continue
             key_ = (name, rule)
             exception = lifted_by.get(key_) or lifted_by.get((name, ""))
             if exception:
@@ -159,7 +165,7 @@ def outcomes(
 
 def _plan(policies: loader.PolicySet, view: ClusterView, group: str, kind: str, namespace: str) -> Plan:
     labels = engine.namespace_labels(view, namespace)
-    plan: list[tuple[str, bool, tuple[tuple[str, str, Phase], ...]]] = []
+    plan: list[tuple[str, bool, tuple[tuple[str, str, Phase], ...], schema.GPUPolicy | None]] = []
     claim = is_claim(group, kind)  # a claim has no pod spec: only draClaims runs, GPU-only or not (its GPUs are asked)
     for policy in policies.active_policies:
         if not match.policy_applies(policy, group, kind, namespace, labels):
@@ -171,8 +177,19 @@ def _plan(policies: loader.PolicySet, view: ClusterView, group: str, kind: str, 
                 phase: Phase = "validate" if "validate" in rule.phases else "mutate"
                 rules.append((rule.name, cfg.mode, phase))
         if rules or not claim:
-            plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly) and not claim, tuple(rules)))
+            scoped = policy if match.by_workload_class(policy) else None
+            plan.append((policy.metadata.name, bool(policy.spec.match.gpuOnly) and not claim, tuple(rules), scoped))
     return tuple(plan)
+
+
+def _takes(policy: schema.GPUPolicy, policies: loader.PolicySet, view: ClusterView, result: Result, phase: Phase,
+           classes: dict[Phase, tuple[str, ...]]) -> bool:
+    """Whether the class-scoped ``policy`` runs on one of the object's pod specs in ``phase``."""
+    found = classes.get(phase)
+    if found is None:
+        request = result.request if phase == "mutate" else result.validated
+        found = classes[phase] = engine.workload_classes(policies, request, view, phase)
+    return any(match.takes_workload_class(policy, c) for c in found)
 
 
 def _lifted_by(policies: loader.PolicySet, result: Result) -> dict[tuple[str, str], str]:

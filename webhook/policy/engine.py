@@ -322,6 +322,23 @@ def _evaluate(
     return decision
 
 
+def workload_classes(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> tuple[str, ...]:
+    """The workload class of each of the object's pod specs in ``phase``, as :func:`evaluate` classifies
+    them (a policy with workload-class conditions runs on the pod specs whose class it takes)."""
+    paths = policies.kinds.get((request.group, request.kind))
+    obj = request.object
+    if paths is None or not isinstance(obj, dict) or not policies.active_policies:
+        return ()
+    targets, slots, claims, _, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
+    ns_labels = namespace_labels(view, request.namespace)
+    builder, sink, policy = PatchBuilder(obj, policies.pointers, False), Findings([], []), policies.active_policies[0]
+    return tuple(
+        _context(policies, request, view, phase, policy, target, ns_labels, builder, sink, slots[index],
+                 claims[index] if claims is not None else None, device_classes).workload_class
+        for index, target in enumerate(targets)
+    )
+
+
 def is_gpu_object(policies: PolicySet, request: Request, view: ClusterView, phase: Phase) -> bool:
     """Does a pod spec of the object count as a GPU pod in ``phase`` (what a ``gpuOnly`` policy runs on)?"""
     paths = policies.kinds.get((request.group, request.kind))

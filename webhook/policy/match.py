@@ -46,6 +46,18 @@ def kind_matches(patterns: Sequence[str], group: str, kind: str) -> bool:
     return False
 
 
+def by_workload_class(policy: schema.GPUPolicy) -> bool:
+    """Whether the policy has workload-class conditions (checked per pod spec)."""
+    exclude = policy.spec.exclude
+    return bool(policy.spec.match.workloadClasses or (exclude is not None and exclude.workloadClasses))
+
+
+def takes_workload_class(policy: schema.GPUPolicy, workload_class: str) -> bool:
+    """Whether the policy runs on a pod spec of this workload class ("" for none)."""
+    listed, exclude = policy.spec.match.workloadClasses, policy.spec.exclude
+    return (not listed or workload_class in listed) and not (exclude is not None and workload_class in exclude.workloadClasses)
+
+
 def policy_applies(
     policy: schema.GPUPolicy, group: str, kind: str, namespace: str, ns_labels: Mapping[str, str]
 ) -> bool:
