@@ -167,3 +167,17 @@ def landed_on(placement: Placement, pool: Pool) -> dict[str, str | None]:
     """The placement with node names shortened to their suffix in the pool (``a100`` for ``<pool>-a100``)."""
     prefix = pool.name + "-"
     return {pod: (node[len(prefix):] if node and node.startswith(prefix) else node) for pod, node in placement.items()}
+
+
+def with_cpu(container: Object, cpu: str) -> Object:
+    """``container`` also requesting ``cpu`` (limits: requests default to them), so it weighs on a node's CPUs."""
+    container = copy.deepcopy(container)
+    container["resources"].setdefault("limits", {})["cpu"] = cpu
+    return container
+
+
+def driver_labels(driver: str) -> dict[str, str]:
+    """GPU Feature Discovery's driver labels for ``driver`` (what a driver upgrade changes)."""
+    major, minor, revision = (driver.split(".") + ["", ""])[:3]
+    return {"nvidia.com/cuda.driver-version.full": driver, "nvidia.com/cuda.driver-version.major": major,
+            "nvidia.com/cuda.driver-version.minor": minor, "nvidia.com/cuda.driver-version.revision": revision}
