@@ -43,6 +43,18 @@ BURST_POLICY = _labelled_policy("e2e-burst", BURST_LABEL, "Pod", """\
         - {scope: team, max: 8}
 """)
 
+#: a team cap of 8 GPUs (namespaces sharing a value of ``team``), in namespaces labelled for it: written by the
+#: placement suite (tests/e2e/placement/conftest.py) for its own package only, where controllers make the pods
+PLACEMENT_CAP_LABEL = "e2e.gpu-admission.io/placement-cap"
+PLACEMENT_CAP = 8
+PLACEMENT_CAP_POLICY = _labelled_policy("e2e-placement-cap", PLACEMENT_CAP_LABEL, "Pod", f"""\
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {{scope: team, max: {PLACEMENT_CAP}}}
+""")
+
 #: caps far enough from a burst that replicas reserve room under them (docs/quota.md, "Reservations"):
 #: 64 GPUs a namespace and a team
 RESERVE_LABEL = "e2e.gpu-admission.io/reserve"
