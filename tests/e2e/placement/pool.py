@@ -104,7 +104,7 @@ class Pool:
             for api_version, kind in (("apps/v1", "Deployment"), ("batch/v1", "Job"), ("apps/v1", "ReplicaSet")):
                 for obj in self.admin.list(api_version, kind, namespace):
                     self.admin.delete(obj)
-            in_parallel(lambda p: _delete_now(self.admin, p), self.admin.list("v1", "Pod", namespace))
+            in_parallel(lambda p: delete_now(self.admin, p), self.admin.list("v1", "Pod", namespace))
 
 
 def _template_spec(obj: Object) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def _template_spec(obj: Object) -> dict[str, Any]:
     return spec
 
 
-def _delete_now(admin: Kube, pod: Object) -> None:
+def delete_now(admin: Kube, pod: Object) -> None:
     meta = pod["metadata"]
     try:
         admin.core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0)
