@@ -29,7 +29,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def in_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 16) -> list[R]:
+def in_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 8) -> list[R]:
     listed = list(items)
     if not listed:
         return []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tests.e2e.fixtures import TOLERATE_GPU, deployment, gpu_container, gpu_node, pod
 from tests.e2e.kube import Kube, Object, Refused
-from tests.e2e.placement.pool import Pool, bound, driver_labels, landed_on, placements, with_cpu
+from tests.e2e.placement.pool import Pool, bound, driver_labels, landed_on, placements
 from webhook.gpu import cuda, images, products
 from webhook.gpu.image_table import RELEASES, Release
 
@@ -30,23 +30,27 @@ def test_cuda_pods_and_a_deployment_never_land_on_the_geforce_of_an_old_driver(
 ) -> None:
     """The A100 and the GeForce share driver 535.104.05: only the A100 runs CUDA 12.4 / 12.3 (forward
     compatibility); the H100's 560.35.03 runs both natively."""
-    pool.register(gpu_node("a100", "535.104.05", A100, gpus=16),
-                  gpu_node("geforce", "535.104.05", GEFORCE, gpus=16, cpu="32"),
-                  gpu_node("h100", "560.35.03", H100, gpus=16))
-    cuda_pod = with_cpu(gpu_container(image=CUDA_124), "2")
-    triton = with_cpu(gpu_container(name="triton", image=TRITON), "2")
-    for ns in (namespace, plain_namespace):
+    pool.register(gpu_node("a100", "535.104.05", A100, gpus=32), gpu_node("geforce", "535.104.05", GEFORCE, gpus=32),
+                  gpu_node("h100", "560.35.03", H100, gpus=32))
+    # the GeForce half full (bound by hand): under packing, the node every pod goes to if it may
+    admin.create(pod("filler", plain_namespace, gpu_container(gpus=16), tolerations=[TOLERATE_GPU],
+                     nodeName=pool.node_name("geforce")))
+    cuda_pod = gpu_container(image=CUDA_124)
+    triton = gpu_container(name="triton", image=TRITON)
+    # the control first: the same pods not opted in (tolerating the taint by hand) all go to the GeForce
+    for ns in (plain_namespace, namespace):
         tolerations = [TOLERATE_GPU] if ns == plain_namespace else []
         serving = deployment("triton", ns, triton)
         serving["spec"]["replicas"] = 4
         serving["spec"]["template"]["spec"]["tolerations"] = tolerations
         made = pool.create([*(pod(f"cuda-{i}", ns, cuda_pod, tolerations=tolerations) for i in range(3)), serving])
         assert not [r for r in made.values() if isinstance(r, Refused)], made
-    steered = landed_on(placements(admin, namespace, count=7), pool)
-    control = landed_on(placements(admin, plain_namespace, count=7), pool)
-    # the control: nothing keeps them off the fullest node
-    assert set(control.values()) == {"geforce"}, control
-    assert len(steered) == 7 and "geforce" not in steered.values() and None not in steered.values(), steered
+        landed = landed_on(placements(admin, ns, count=8 if ns == plain_namespace else 7), pool)
+        landed.pop("filler", None)
+        if ns == plain_namespace:
+            assert set(landed.values()) == {"geforce"}, landed
+    # steered: never the GeForce, whose driver runs CUDA 12.3 and 12.4 only through forward compatibility
+    assert len(landed) == 7 and "geforce" not in landed.values() and None not in landed.values(), landed
 
 
 # -- one pod per row of the shipped image → CUDA table
