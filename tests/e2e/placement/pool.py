@@ -98,13 +98,24 @@ class Pool:
         return dict(in_parallel(one, objs))
 
     def cleanup(self) -> None:
+        """Delete the pool's nodes, then its workloads (their dependents with them) and pods, until the case's
+        namespaces hold no pod: nothing of a case outlives it, even while the controllers still run."""
         in_parallel(lambda name: self.admin.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}),
                     self.nodes)
         for namespace in self.namespaces:
             for api_version, kind in (("apps/v1", "Deployment"), ("batch/v1", "Job"), ("apps/v1", "ReplicaSet")):
+                resource = self.admin.dynamic.resources.get(api_version=api_version, kind=kind)
                 for obj in self.admin.list(api_version, kind, namespace):
-                    self.admin.delete(obj)
-            in_parallel(lambda p: delete_now(self.admin, p), self.admin.list("v1", "Pod", namespace))
+                    # a Job's dependents are orphaned by default: background, as kubectl deletes
+                    resource.delete(name=obj["metadata"]["name"], namespace=namespace,
+                                    body={"propagationPolicy": "Background"})
+
+            def gone(ns: str = namespace) -> bool:
+                left = self.admin.list("v1", "Pod", ns)
+                in_parallel(lambda p: delete_now(self.admin, p), left)
+                return not left
+
+            eventually(gone, timeout=30, what=f"the pods of {namespace} deleted")
 
 
 def _template_spec(obj: Object) -> dict[str, Any]:
