@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ApiException as DynamicApiException
 
 from tests.e2e.admission import Admission
 from tests.e2e.control_plane import PACKING
@@ -107,8 +108,12 @@ class Pool:
                 resource = self.admin.dynamic.resources.get(api_version=api_version, kind=kind)
                 for obj in self.admin.list(api_version, kind, namespace):
                     # a Job's dependents are orphaned by default: background, as kubectl deletes
-                    resource.delete(name=obj["metadata"]["name"], namespace=namespace,
-                                    body={"propagationPolicy": "Background"})
+                    try:
+                        resource.delete(name=obj["metadata"]["name"], namespace=namespace,
+                                        body={"propagationPolicy": "Background"})
+                    except DynamicApiException as exc:  # a ReplicaSet its Deployment's deletion took already
+                        if exc.status != 404:
+                            raise
 
             def gone(ns: str = namespace) -> bool:
                 left = self.admin.list("v1", "Pod", ns)
