@@ -35,22 +35,26 @@ def test_cuda_pods_and_a_deployment_never_land_on_the_geforce_of_an_old_driver(
     # the GeForce half full (bound by hand): under packing, the node every pod goes to if it may
     admin.create(pod("filler", plain_namespace, gpu_container(gpus=16), tolerations=[TOLERATE_GPU],
                      nodeName=pool.node_name("geforce")))
-    cuda_pod = gpu_container(image=CUDA_124)
-    triton = gpu_container(name="triton", image=TRITON)
-    # the control first: the same pods not opted in (tolerating the taint by hand) all go to the GeForce
-    for ns in (plain_namespace, namespace):
-        tolerations = [TOLERATE_GPU] if ns == plain_namespace else []
-        serving = deployment("triton", ns, triton)
+
+    def workloads(ns: str, tolerations: list[Object]) -> dict[str, str | None]:
+        """3 CUDA 12.4 pods and a Deployment of 4 Triton replicas in ``ns``: where the 7 pods land."""
+        serving = deployment("triton", ns, gpu_container(name="triton", image=TRITON))
         serving["spec"]["replicas"] = 4
         serving["spec"]["template"]["spec"]["tolerations"] = tolerations
-        made = pool.create([*(pod(f"cuda-{i}", ns, cuda_pod, tolerations=tolerations) for i in range(3)), serving])
+        made = pool.create([*(pod(f"cuda-{i}", ns, gpu_container(image=CUDA_124), tolerations=tolerations)
+                              for i in range(3)), serving])
         assert not [r for r in made.values() if isinstance(r, Refused)], made
-        landed = landed_on(placements(admin, ns, count=8 if ns == plain_namespace else 7), pool)
+        landed = landed_on(placements(admin, ns, count=7 + (ns == plain_namespace)), pool)
         landed.pop("filler", None)
-        if ns == plain_namespace:
-            assert set(landed.values()) == {"geforce"}, landed
+        assert len(landed) == 7, landed
+        return landed
+
+    # the control first: not opted in (tolerating the taint by hand), every pod goes to the GeForce
+    control = workloads(plain_namespace, [TOLERATE_GPU])
+    assert set(control.values()) == {"geforce"}, control
     # steered: never the GeForce, whose driver runs CUDA 12.3 and 12.4 only through forward compatibility
-    assert len(landed) == 7 and "geforce" not in landed.values() and None not in landed.values(), landed
+    steered = workloads(namespace, [])
+    assert "geforce" not in steered.values() and None not in steered.values(), steered
 
 
 # -- one pod per row of the shipped image → CUDA table
