@@ -152,6 +152,11 @@ def _check_command(argv: list[str]) -> None:
         _check_gpu_admission(rest)
     elif program in ("python", "python3", ".venv/bin/python") and rest[:2] == ["-m", "webhook"]:
         _check_gpu_admission(rest[2:])
+    elif program in ("python", "python3", ".venv/bin/python") and rest[:2] == ["-m", "pytest"]:
+        for target in (word for word in rest[2:] if not word.startswith("-")):
+            path, _, test = target.partition("::")
+            assert _existing(path), f"{path} does not exist"
+            assert not test or f"def {test.split('[')[0]}(" in (REPO / path).read_text(), f"no test {test} in {path}"
     elif program in ("python", "python3", ".venv/bin/python"):
         script = rest[0]
         assert _existing(script), f"{script} does not exist"

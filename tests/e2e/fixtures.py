@@ -43,6 +43,18 @@ BURST_POLICY = _labelled_policy("e2e-burst", BURST_LABEL, "Pod", """\
         - {scope: team, max: 8}
 """)
 
+#: a team cap of 8 GPUs (namespaces sharing a value of ``team``), in namespaces labelled for it: written by the
+#: placement suite (tests/e2e/placement/conftest.py) for its own package only, where controllers make the pods
+PLACEMENT_CAP_LABEL = "e2e.gpu-admission.io/placement-cap"
+PLACEMENT_CAP = 8
+PLACEMENT_CAP_POLICY = _labelled_policy("e2e-placement-cap", PLACEMENT_CAP_LABEL, "Pod", f"""\
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {{scope: team, max: {PLACEMENT_CAP}}}
+""")
+
 #: caps far enough from a burst that replicas reserve room under them (docs/quota.md, "Reservations"):
 #: 64 GPUs a namespace and a team
 RESERVE_LABEL = "e2e.gpu-admission.io/reserve"
@@ -135,8 +147,10 @@ def cronjob(name: str, namespace: str, *containers: Object) -> Object:
 
 
 def gpu_node(name: str, driver: str, product: str = "NVIDIA-A100-SXM4-80GB", gpus: int = 8,
-             extra_labels: dict[str, str] | None = None) -> Object:
-    """A GPU node as the kubelet registers it, with GPU Feature Discovery's labels and the GPU taint."""
+             extra_labels: dict[str, str] | None = None, *, cpu: str = "96", memory: str = "1Ti",
+             extra_capacity: dict[str, str] | None = None, taint: bool = True) -> Object:
+    """A GPU node as the kubelet registers it, with GPU Feature Discovery's labels and the GPU taint
+    (``taint=False``: without it); ``extra_capacity`` adds resources (MIG devices)."""
     major, minor, rev = (driver.split(".") + ["", ""])[:3]
     labels = {
         "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product,
@@ -144,17 +158,43 @@ def gpu_node(name: str, driver: str, product: str = "NVIDIA-A100-SXM4-80GB", gpu
         "nvidia.com/cuda.driver-version.major": major, "nvidia.com/cuda.driver-version.minor": minor,
         "nvidia.com/cuda.driver-version.revision": rev, **(extra_labels or {}),
     }
+    capacity = {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory, "pods": "110", **(extra_capacity or {})}
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if taint else []
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "spec": {"taints": taints},
         "status": {
-            "capacity": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1Ti", "pods": "110"},
-            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96", "memory": "1Ti", "pods": "110"},
+            "capacity": capacity,
+            "allocatable": dict(capacity),
             "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
                             "message": "registering"}],
         },
     }
+
+
+def cpu_node(name: str, extra_labels: dict[str, str] | None = None, *, cpu: str = "96", memory: str = "1Ti") -> Object:
+    """A node without GPUs, as the kubelet registers it."""
+    capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(extra_labels or {})}},
+        "status": {"capacity": capacity, "allocatable": dict(capacity),
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                   "message": "registering"}]},
+    }
+
+
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+
+
+def make_ready(admin: Kube, stored: Object) -> Object:
+    """What the node lifecycle controller does when the kubelet reports Ready: the condition, and the
+    ``node.kubernetes.io/not-ready`` taint that kube-apiserver's TaintNodesByCondition gave it removed."""
+    admin.patch(stored, {"status": {"conditions": [READY]}}, content_type="application/strategic-merge-patch+json",
+                subresource="status")
+    taints = [t for t in stored["spec"].get("taints") or [] if t["key"] != "node.kubernetes.io/not-ready"]
+    return admin.patch(stored, {"spec": {"taints": taints}})
 
 
 def register_node(admin: Kube, admission: Admission, node: Object, *, ready: bool) -> Object:
@@ -164,11 +204,7 @@ def register_node(admin: Kube, admission: Admission, node: Object, *, ready: boo
         "kube-apiserver's TaintNodesByCondition should taint a new node not-ready"
     )
     if ready:
-        status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                             "message": "kubelet is posting ready status"}]}}
-        admin.patch(stored, status, content_type="application/strategic-merge-patch+json", subresource="status")
-        taints = [t for t in stored["spec"]["taints"] if t["key"] != "node.kubernetes.io/not-ready"]
-        stored = admin.patch(stored, {"spec": {"taints": taints}})
+        stored = make_ready(admin, stored)
     wait_for_view(admin, admission, "nodes", "v1", "Node")
     return stored
 

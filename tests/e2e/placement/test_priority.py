@@ -1,0 +1,58 @@
+"""Priority classes by workload class (gpu-defaults' priorityClass rule), seen in preemption.
+
+deploy/base/priorityclasses.yaml: gpu-training (50000, PreemptLowerPriority) may preempt
+gpu-batch (10000, preemptionPolicy Never), and gpu-batch never preempts anything.
+"""
+
+from __future__ import annotations
+
+from tests.e2e.fixtures import gpu_container, gpu_node, pod
+from tests.e2e.kube import Kube, Object, eventually
+from tests.e2e.placement.pool import Pool, delete_now, bound, landed_on, placements
+
+CLASS_LABEL = "gpu-admission.io/workload-class"
+
+
+def classed(name: str, namespace: str, workload_class: str) -> Object:
+    return pod(name, namespace, gpu_container(), labels={CLASS_LABEL: workload_class})
+
+
+def test_a_training_pod_preempts_batch_pods_and_a_batch_pod_does_not(admin: Kube, pool: Pool, namespace: str) -> None:
+    (node,) = pool.register(gpu_node("a100", "535.104.05", gpus=2))
+    pool.create([classed(f"batch-{i}", namespace, "batch") for i in range(2)])
+    assert landed_on(placements(admin, namespace, ["batch-0", "batch-1"]), pool) == {"batch-0": "a100", "batch-1": "a100"}
+    victims = [admin.get("v1", "Pod", f"batch-{i}", namespace) for i in range(2)]
+    assert {(p["spec"]["priorityClassName"], p["spec"]["priority"], p["spec"]["preemptionPolicy"]) for p in victims} == {
+        ("gpu-batch", 10000, "Never")}
+
+    # the control: one more batch pod finds the node full, and waits without preempting
+    pool.create([classed("batch-late", namespace, "batch")])
+    assert landed_on(placements(admin, namespace, ["batch-late"]), pool) == {"batch-late": None}
+    late = admin.get("v1", "Pod", "batch-late", namespace)
+    assert not (late.get("status") or {}).get("nominatedNodeName"), late["status"]
+    assert not any(admin.get("v1", "Pod", f"batch-{i}", namespace)["metadata"].get("deletionTimestamp") for i in range(2))
+
+    pool.create([classed("trainer", namespace, "training")])
+    trainer = eventually(lambda: _nominated(admin, namespace, "trainer"), timeout=30,
+                         what="the training pod nominated to a node")
+    assert trainer["spec"]["priorityClassName"] == "gpu-training" and trainer["spec"]["priority"] == 50000
+    assert trainer["status"]["nominatedNodeName"] == node["metadata"]["name"]
+    evicted = eventually(lambda: _preempted(admin, namespace), timeout=30, what="a batch pod preempted")
+    assert len(evicted) == 1, evicted
+    # no kubelet confirms the victim stopped: once it is gone, the training pod takes its GPU
+    for name in evicted:
+        delete_now(admin, {"metadata": {"name": name, "namespace": namespace}})
+    assert bound(admin, namespace, "trainer") == node["metadata"]["name"]
+    assert "nodeName" not in admin.get("v1", "Pod", "batch-late", namespace)["spec"]
+
+
+def _nominated(admin: Kube, namespace: str, name: str) -> Object | None:
+    found = admin.get("v1", "Pod", name, namespace)
+    return found if (found.get("status") or {}).get("nominatedNodeName") else None
+
+
+def _preempted(admin: Kube, namespace: str) -> list[str]:
+    """The batch pods the scheduler deleted (gone, or terminating as no kubelet confirms them)."""
+    names = {p["metadata"]["name"]: p for p in admin.list("v1", "Pod", namespace)}
+    return [f"batch-{i}" for i in range(2)
+            if f"batch-{i}" not in names or names[f"batch-{i}"]["metadata"].get("deletionTimestamp")]
