@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -183,6 +184,45 @@ async def test_objects_within_the_limit_are_evaluated_off_the_loop(start_webhook
     assert answer["uid"] == sent["request"]["uid"] and answer["allowed"]
     ops = json.loads(base64.b64decode(answer["patch"]))
     assert ops, "the GPU pod is still mutated"
+
+
+class _Gate(_Witness):
+    """The witness, holding the evaluation of objects in namespace ``held`` until ``gate`` opens (5 s at most)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.entered = threading.Event(), threading.Event()
+
+    def namespace(self, name: str) -> Any:
+        if name == "held":
+            self.entered.set()
+            self.gate.wait(5.0)
+        return super().namespace(name)
+
+
+async def test_an_outsized_review_is_judged_off_the_loop_while_health_checks_and_small_reviews_are_answered(
+    start_webhook: Any,
+) -> None:
+    view = _Gate()
+    hook = await start_webhook(view=view)
+    huge = _many_containers(200)
+    huge["request"]["namespace"] = huge["request"]["object"]["metadata"]["namespace"] = "held"
+    huge["request"]["object"]["metadata"]["annotations"] = {"padding": "x" * Limits().offload_bytes}
+    judged = asyncio.ensure_future(hook.review("/mutate", huge))
+    for _ in range(500):  # until its evaluation has begun (and is held)
+        if view.entered.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert view.entered.is_set()
+    # held in a worker, it holds up neither the event loop's health checks nor small reviews
+    async with hook.session.get(hook.base + "/healthz") as resp:
+        assert resp.status == 200
+    small = (await hook.review("/mutate", pod_review()))["response"]
+    assert small["allowed"] and small["uid"] == pod_review()["request"]["uid"]
+    assert not judged.done()
+    view.gate.set()
+    answer = (await judged)["response"]
+    assert answer["allowed"] and answer["uid"] == huge["request"]["uid"] and "patch" in answer
 
 
 async def test_past_the_deadline_validation_fails_closed_and_mutation_changes_nothing(start_webhook: Any) -> None:

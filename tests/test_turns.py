@@ -104,6 +104,21 @@ async def test_a_turn_takes_at_most_a_batch_and_the_rest_in_the_next_turn() -> N
     assert seen == list(range(evaluation.BATCH + 5))
 
 
+async def test_a_turn_of_large_reviews_ends_at_its_byte_bound_and_takes_at_least_one() -> None:
+    seen: list[Any] = []
+    turns = _turns(seen)
+    third = evaluation.TURN_BYTES // 3
+    sizes = [third, third, third, evaluation.TURN_BYTES * 4, 10, third]
+    futures = [turns.submit(_args(n), n, size) for n, size in enumerate(sizes)]
+    done_after: list[list[bool]] = []
+    for _ in range(4):
+        await asyncio.sleep(0)
+        done_after.append([f.done() for f in futures])
+    # three thirds fill a turn; an outsized review takes a turn of its own; the rest fit in one
+    assert done_after == [[True] * 3 + [False] * 3, [True] * 4 + [False] * 2, [True] * 6, [True] * 6]
+    assert seen == list(range(len(sizes)))
+
+
 async def test_a_cancelled_admission_is_skipped_a_failure_fails_only_its_own() -> None:
     seen: list[Any] = []
     turns = _turns(seen)

@@ -36,6 +36,10 @@ WORKERS = 2
 #: admissions evaluated and answered in one turn of the event loop, at most (~2-5 ms of it): a
 #: burst of thousands is handled in turns, with health checks and the answers' writes between them
 BATCH = 32
+#: and their reviews' bytes, at most (a turn takes one admission whatever its size): evaluation grows
+#: with the object, so a turn of large reviews (a 20-container pod is ~66 KB) ends sooner, and
+#: health checks, small reviews and the answers' writes are not held up behind tens of ms of them
+TURN_BYTES = 256 * 1024
 
 _Answered = TypeVar("_Answered")
 _Done = TypeVar("_Done")
@@ -70,7 +74,8 @@ def decide(
 class Turns(Generic[_Answered, _Done]):
     """The admissions whose reviews were read in the same turn of the event loop, taken together in
     the next: all evaluated (``decide``), then all answered (``answer``), then all counted and
-    logged (``account``), one after the other; at most ``BATCH`` per turn.
+    logged (``account``), one after the other; at most ``BATCH`` per turn, and reviews of at most
+    ``TURN_BYTES`` in all (but at least one).
 
     Under load, the turn that reads requests reads one from each of several connections. Taken one
     at a time, each admission's evaluation, answer and log line ran cold, between its connection's
@@ -86,27 +91,34 @@ class Turns(Generic[_Answered, _Done]):
     def __init__(self, answer: Callable[[Outcome, Any], _Answered | Outcome], account: Callable[[_Answered, Any], _Done]) -> None:
         self._answer, self._account = answer, account
         self._waiting: list[tuple[DecideArgs, Any, asyncio.Future[_Done | Outcome]]] = []
+        self._sizes: list[int] = []  # each waiting admission's review, in bytes
         #: the loop a turn is scheduled on, while one is
         self._scheduled: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, args: DecideArgs, context: Any) -> asyncio.Future[_Done | Outcome]:
+    def submit(self, args: DecideArgs, context: Any, size: int = 0) -> asyncio.Future[_Done | Outcome]:
         """``account(answer(decide(*args), context), context)`` once the turn this admission joins has
         run; or the outcome itself, when ``answer`` gives it back (what the admission's task must do
-        before it is answered: the GPU quota ledger's charge)."""
+        before it is answered: the GPU quota ledger's charge). ``size``: the review's bytes."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self._scheduled is not loop:  # the first of a turn's
             if self._scheduled is not None:  # a turn left on a loop that stopped: its admissions went with it
                 self._waiting.clear()
+                self._sizes.clear()
             loop.call_soon(self._run, loop)
             self._scheduled = loop
         self._waiting.append((args, context, future))
+        self._sizes.append(size)
         return future
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        waiting = self._waiting
-        batch = waiting[:BATCH]
-        del waiting[:BATCH]
+        waiting, sizes = self._waiting, self._sizes
+        taken, total = 1, sizes[0] if sizes else 0
+        while taken < len(sizes) and taken < BATCH and total + sizes[taken] <= TURN_BYTES:
+            total += sizes[taken]
+            taken += 1
+        batch = waiting[:taken]
+        del waiting[:taken], sizes[:taken]
         self._scheduled = None
         if waiting:  # the rest in the next turn, after what is ready meanwhile (health checks, writes)
             loop.call_soon(self._run, loop)

@@ -116,7 +116,7 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
         outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], *args)
         _count_refusal(state, outcome)
     else:  # evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
-        done = await state.turns.submit(args, (state, endpoint, parsed, phase, started))
+        done = await state.turns.submit(args, (state, endpoint, parsed, phase, started), len(body))
         if isinstance(done, bytes):
             return Answer(done)
         outcome = done  # a pod to charge to the GPU quota ledger first

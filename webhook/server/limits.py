@@ -32,8 +32,10 @@ class Limits:
     max_containers: int = 256
     #: an encoded patch past this is dropped (the object is allowed unchanged, with a warning)
     max_patch_bytes: int = 1024 * 1024
-    #: bodies at least this large are evaluated in a worker thread, off the event loop
-    offload_bytes: int = 64 * 1024
+    #: bodies at least this large are evaluated in a worker thread, off the event loop: only outsized
+    #: objects, whose evaluation would hold the loop for long (a worker shares the GIL, so for a review
+    #: of ordinary size, a 20-container pod of ~66 KB included, it only adds hand-offs: issue #44)
+    offload_bytes: int = 512 * 1024
     #: how long an evaluation may take; below the mutating webhook's 3 s timeout
     deadline: float = 2.0
 
