@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import copy
+import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonpatch
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,13 +81,36 @@ def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
     for table in tables:  # as shipped, then at WARNING: a row per payload in each
         for case in ("training pod", "PyTorchJob pod", "Deployment", "20-container pod", "pod without GPU"):
             assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
-                             r"+\d+us +\d+us +[\d.]+x +[\d.]+-[\d.]+x  (met|NOT met)$", table, re.M), out
+                             r"+[\d.]+x +[\d.]+x +[\d.]+-[\d.]+x +[\d.]+x  (met|NOT met)$", table, re.M), out
     # a line per patch or denial at INFO: three of the five payloads are patched (not the Deployment,
     # whose template the shipped policies only check, nor the pod without GPU), 200 requests each
     logged = re.search(r"^log lines written: gpu-admission ([\d,]+) \(([\d.]+) per admission\), 0 dropped; "
                        r"gpu-admission WARNING (\d+) \([\d.]+ per admission\), 0 dropped$", out, re.M)
     assert logged, out
     assert 3 * 200 <= int(logged.group(1).replace(",", "")) < 3 * 200 + 10 and int(logged.group(3)) < 10, out
+    assert re.search(r"^resident memory after the load: null json \d+ MB; null orjson \d+ MB; plain \d+ MB; "
+                     r"gpu-admission \d+ MB; gpu-admission WARNING \d+ MB$", out, re.M), out
+
+
+def test_the_plain_webhook_of_bench_server_mutates_and_refuses_as_a_hand_written_webhook_would() -> None:
+    """bench/plain_webhook.py is a fair floor: it does the core work (its patch applies and is what it
+    says), refuses fractional GPUs, and leaves pods without GPUs alone."""
+    from bench.plain_webhook import admit
+    from bench.server import payloads
+
+    reviews = payloads()
+    answer = admit(json.dumps(reviews["20-container pod"]).encode())["response"]
+    patched = jsonpatch.apply_patch(reviews["20-container pod"]["request"]["object"],
+                                    json.loads(base64.b64decode(answer["patch"])))
+    spec = patched["spec"]
+    assert spec["runtimeClassName"] == "nvidia" and spec["securityContext"]["runAsNonRoot"] is True
+    assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+    assert all({"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"] for c in spec["containers"])
+    assert "patch" not in admit(json.dumps(reviews["pod without GPU"]).encode())["response"]
+    fractional = copy.deepcopy(reviews["training pod"])
+    fractional["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5"
+    refused = admit(json.dumps(fractional).encode())["response"]
+    assert refused["allowed"] is False and "whole number" in refused["status"]["message"]
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is installed by make bench-instructions")
