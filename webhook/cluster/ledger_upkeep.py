@@ -35,6 +35,7 @@ from webhook.cluster.index import ClusterIndex
 from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_object import Entry
+from webhook.cluster.ledger_serving import LedgerServing
 from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
@@ -363,6 +364,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     session = ApiSession(api_client.configuration)
     async with session.running():
         ledger = Ledger(LedgerStore(session, settings, metrics))
+        ledger.serving = LedgerServing(session, policies, metrics)
+        serving = asyncio.create_task(ledger.serving.run())
         upkeep = Upkeep(ledger, index, policies)
         ledger.store.seeder = upkeep.seed
         index.follow("pods", PodFollower(upkeep))
@@ -382,7 +385,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
             yield ledger
         finally:
             watch.stop()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running_task in (task, serving):
+                running_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running_task
             await ledger.stop()
