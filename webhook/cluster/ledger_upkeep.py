@@ -1,7 +1,11 @@
 """Keeping the GPU quota ledger true: releases, the window, recounts; and the ledger as ``serve`` runs it.
 
-- A pod the cluster view sees finish or go (Succeeded, Failed, being
-  deleted, deleted) releases its charges at once (the index's pod watch).
+- A pod the cluster view sees finish or go (Succeeded, Failed, deleted)
+  releases its charges at once (the index's pod watch); one being deleted
+  (Terminating) keeps them until ``deletionTimestamp +
+  deletionGracePeriodSeconds`` has passed, as ResourceQuota counts it
+  (``webhook.kube.termination``): released then by the sweep, or at once
+  when it is gone.
 - A charge whose pod the view has not shown within the window
   (``--quota-window``) is checked with a read of the pod, and released unless
   the pod exists with that uid (refused by a later admission plugin or webhook,
@@ -40,7 +44,7 @@ from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
-from webhook.kube import names
+from webhook.kube import names, termination
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.policy.loader import PolicySet
 from webhook.view.aggregates import pod_key
@@ -81,7 +85,8 @@ class Upkeep:
             return {}
         names = recount.namespaces_of(key, self.index.namespaces())
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names)
+        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names,
+                                          self.ledger.store.now())
 
     def _view_known(self) -> bool:
         return all(self.index.availability(r).known for r in ("pods", "namespaces"))
@@ -148,6 +153,7 @@ class Upkeep:
         ledger = self.ledger
         now, window = ledger.store.now(), ledger.settings.window
         finished: set[str] = set()
+        deleted: set[str] = set()
         overdue: dict[str, Entry] = {}
         in_flight = 0
         lapsed: set[LedgerKey] = set()
@@ -159,8 +165,10 @@ class Upkeep:
                     continue
                 pod = self.index.pod(entry.holding.namespace, entry.holding.name)
                 if pod is not None and recount.uid_of(pod) == uid:
-                    if not recount.live(pod):
-                        finished.add(uid)  # (its watch event released it, unless that write failed)
+                    if not recount.live(pod, now):
+                        # (its watch event released it, unless that write failed; or its grace period
+                        # passed while it stayed Terminating: no event says so)
+                        (deleted if termination.terminating(pod) else finished).add(uid)
                 elif now - entry.at < window:
                     in_flight += 1
                 else:
@@ -168,6 +176,8 @@ class Upkeep:
         ledger.metrics.in_flight.set(in_flight)
         if finished:
             ledger.release_pods(finished, "finished")
+        if deleted:
+            ledger.release_pods(deleted, "deleted")
         for uid, entry in overdue.items():
             found = await self._exists(entry.holding.namespace, entry.holding.name, uid)
             # kept only while the pod is known to exist; an API server that cannot say delays the
@@ -191,7 +201,7 @@ class Upkeep:
             pod = await self.ledger.store.session.request("GET", path, timeout=5.0)
         except ApiError as exc:
             return None if exc.status == 0 or exc.status == 429 or exc.status >= 500 else False
-        return recount.uid_of(pod) == uid and recount.live(pod)
+        return recount.uid_of(pod) == uid and recount.live(pod, self.ledger.store.now())
 
     async def recount(self) -> None:
         """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
@@ -242,7 +252,7 @@ class Upkeep:
     def _seen_live(self, uid: str, entry: Entry) -> bool:
         """The view holds this very pod, alive: a charge no policy makes any more (the others are the sweep's)."""
         pod = self.index.pod(entry.holding.namespace, entry.holding.name)
-        return pod is not None and recount.uid_of(pod) == uid and recount.live(pod)
+        return pod is not None and recount.uid_of(pod) == uid and recount.live(pod, self.ledger.store.now())
 
     def recount_soon(self) -> None:
         self._recount_due.set()
@@ -285,9 +295,10 @@ class PodFollower:
         self._uids[key] = uid
         if old and old != uid:
             self._released([old], "deleted")
-        if not recount.live(pod):
-            deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-            self._released([uid], "deleted" if deleting else "finished")
+        # a pod being deleted keeps its charge for its grace period (the sweep releases it after, if it is
+        # still there: ResourceQuota counts it so)
+        if not recount.live(pod, self._upkeep.ledger.store.now()):
+            self._released([uid], "deleted" if termination.terminating(pod) else "finished")
 
     def discard(self, namespace: str, name: str) -> None:
         uid = self._uids.pop((namespace, name), None)
