@@ -127,6 +127,10 @@ class Ledger:
                 if uid in writer.reserved.unrecorded:  # admitted against a reservation, not recorded yet
                     writer.release(uid, reason)
 
+    def admitted_unrecorded(self, uid: str) -> bool:
+        """Whether this replica admitted the pod against a reservation and has not recorded its charge yet."""
+        return any(uid in writer.reserved.unrecorded for writer in self._writers.values())
+
     def _writer(self, key: LedgerKey) -> _Writer:
         writer = self._writers.get(key)
         if writer is None:

@@ -76,6 +76,8 @@ class Upkeep:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._settled_at: dict[LedgerKey, float] = {}
+        #: stored pods the pod watch saw holding GPUs with no charge known here: charged at the next beat
+        self._uncharged: dict[str, Object] = {}
 
     # ------------------------------------------------------------ what a new ledger starts with
 
@@ -109,6 +111,8 @@ class Upkeep:
                     await self._recount_due.wait()
             try:
                 await self.settle()
+                if self._uncharged:
+                    await self.heal()
                 if self._loop.time() >= next_sweep:
                     next_sweep = self._loop.time() + settings.sweep
                     await self.sweep()
@@ -203,6 +207,37 @@ class Upkeep:
             return None if exc.status == 0 or exc.status == 429 or exc.status >= 500 else False
         return recount.uid_of(pod) == uid and recount.live(pod, self.ledger.store.now())
 
+    def uncharged(self, pod: Object) -> None:
+        """On the loop: the pod watch saw this stored pod hold GPUs; noted when no ledger known here charges it."""
+        uid = recount.uid_of(pod)
+        if uid and not self.ledger.store.ledgers_of(uid) and not self.ledger.admitted_unrecorded(uid):
+            self._uncharged[uid] = pod
+
+    async def heal(self) -> None:
+        """Charge the stored pods seen holding GPUs with no charge, at once rather than at the next periodic
+        recount: each ledger such a pod would be charged to is recounted (a fresh read first: a charge another
+        replica wrote that this one's ledger watch has not delivered yet is found, not written twice)."""
+        pods, self._uncharged = self._uncharged, {}
+        if not self._view_known():
+            return
+        pods = {uid: pod for uid, pod in pods.items() if not self.ledger.store.ledgers_of(uid)}
+        if not pods:
+            return
+        loop = asyncio.get_running_loop()
+        keys = await loop.run_in_executor(None, recount.ledgers_of, self._policies(), self.index, list(pods.values()),
+                                          self.ledger.store.now())
+        for key in sorted(keys, key=lambda k: (k.scope, k.team_label, k.group, k.model_label)):
+            try:
+                added = await self._recount(key)
+            except ApiError as exc:
+                log.warning("charging the pods of %s that held GPUs with no charge failed: %s", key.describe(), exc)
+                continue
+            healed = sorted(f"{e.holding.namespace}/{e.holding.name}" for u, e in added.items() if u in pods)
+            if healed:
+                self.ledger.metrics.healed.inc(len(healed))
+                log.warning("charged %d pods holding GPUs with no charge in the GPU quota ledger of %s (seen by the "
+                            "pod watch): %s", len(healed), key.describe(), ", ".join(healed[:10]))
+
     async def recount(self) -> None:
         """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
         if not self._view_known():
@@ -213,9 +248,9 @@ class Upkeep:
             except ApiError as exc:
                 log.warning("recounting the GPU quota ledger of %s failed: %s", key.describe(), exc)
 
-    async def _recount(self, key: LedgerKey, attempts: int = 3) -> None:
+    async def _recount(self, key: LedgerKey, attempts: int = 3) -> dict[str, Entry]:
         """One ledger, written against the version it was recounted from: a charge released meanwhile is
-        not put back (the write is refused, and the recount done again)."""
+        not put back (the write is refused, and the recount done again). The charges it added."""
         store = self.ledger.store
         for attempt in range(attempts):
             # the ledger first, then the view: a pod that goes after the view was read is released by a
@@ -232,7 +267,7 @@ class Upkeep:
                        if (uid not in expected and self._seen_live(uid, entry))
                        or (reservation.is_reservation(uid) and now - entry.at >= self.ledger.settings.window)}
             if not added and not removed:
-                return
+                return {}
             charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
             charges.update(added)
             try:
@@ -247,7 +282,8 @@ class Upkeep:
                 store.metrics.releases.labels("recount").inc(len(removed))
             log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
                      key.describe(), len(added), len(removed))
-            return
+            return added
+        return {}
 
     def _seen_live(self, uid: str, entry: Entry) -> bool:
         """The view holds this very pod, alive: a charge no policy makes any more (the others are the sweep's)."""
@@ -299,6 +335,8 @@ class PodFollower:
         # still there: ResourceQuota counts it so)
         if not recount.live(pod, self._upkeep.ledger.store.now()):
             self._released([uid], "deleted" if termination.terminating(pod) else "finished")
+        elif uid:  # stored and holding: charged at once if no ledger charges it (self-healing)
+            self._upkeep.on_loop(self._upkeep.uncharged, pod)
 
     def discard(self, namespace: str, name: str) -> None:
         uid = self._uids.pop((namespace, name), None)

@@ -68,3 +68,14 @@ def _as_created(pod: Object) -> Object:
         return pod
     return {**pod, "metadata": {k: v for k, v in meta.items()
                                 if k not in ("deletionTimestamp", "deletionGracePeriodSeconds")}}
+
+
+def ledgers_of(policies: PolicySet, view: ClusterView, pods: Iterable[Object], now: float | None) -> set[LedgerKey]:
+    """The ledgers these pods (of the view) are charged to, as admission would charge them (those that hold
+    GPUs at ``now``)."""
+    keys: set[LedgerKey] = set()
+    for pod in pods:
+        if live(pod, now) and uid_of(pod):
+            decision = engine.evaluate(policies, Request.for_object(_as_created(pod)), view, "validate")
+            keys.update(charge.key for charge in decision.charges)
+    return keys
