@@ -62,9 +62,10 @@ def trim_pod(pod: Mapping[str, Any]) -> Raw:
     if spec.get("initContainers"):
         trimmed_spec["initContainers"] = _containers(spec["initContainers"])
     trimmed: Raw = {"apiVersion": "v1", "kind": "Pod", "metadata": trimmed_meta, "spec": trimmed_spec}
-    phase = (pod.get("status") or {}).get("phase")
-    if phase:
-        trimmed["status"] = {"phase": phase}
+    status = pod.get("status") or {}
+    kept = {k: status[k] for k in ("phase", "resourceClaimStatuses") if status.get(k)}
+    if kept:  # (resourceClaimStatuses: the claims a pod holds, made from its templates)
+        trimmed["status"] = kept
     return trimmed
 
 
