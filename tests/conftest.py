@@ -94,10 +94,12 @@ async def start_webhook(pki: Pki, policy_dir: Path) -> AsyncIterator[StartWebhoo
 
     async def start(
         policies: Path | None = None, view: Any = None, cluster: Any = None,
-        listen: listener.ListenerConfig | None = None, client_ca: Path | None = None, **config: Any,
+        listen: listener.ListenerConfig | None = None, client_ca: Path | None = None, ledger: Any = None,
+        **config: Any,
     ) -> Webhook:
         tls = ReloadingTLS(pki.cert, pki.key, client_ca)
-        app = create_app(AppConfig(policies=policies or policy_dir, **config), tls=tls, view=view, cluster=cluster)
+        app = create_app(AppConfig(policies=policies or policy_dir, **config), tls=tls, view=view, cluster=cluster,
+                         ledger=ledger)
         server = await listener.start(app, listen or listener.ListenerConfig(host="127.0.0.1", port=0), tls.context)
         running.append(server)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context()))

@@ -200,7 +200,8 @@ def _expected_usage(state: dict[str, dict[tuple[str, str], Any]], model_label: s
                  if n["metadata"]["labels"].get(model_label)}
     found: dict[str, Counter[UsageKey]] = {}
     for (namespace, _), pod in state["Pod"].items():
-        if pod["metadata"].get("deletionTimestamp") or pod["status"]["phase"] in ("Succeeded", "Failed"):
+        # (a pod being deleted counts until it is gone: these aggregates have no clock for its grace period)
+        if pod["status"]["phase"] in ("Succeeded", "Failed"):
             continue
         spec = pod["spec"]
         node_model = models_of.get(spec.get("nodeName", ""))

@@ -25,6 +25,7 @@ import copy
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -37,8 +38,9 @@ from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.ledger_store import LedgerStore
-from webhook.cluster.ledger_upkeep import Upkeep
+from webhook.cluster.ledger_upkeep import PodFollower, Upkeep
 from webhook.cluster.session import ApiError
+from webhook.kube import termination
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 from webhook.view.protocol import KNOWN, Availability
 
@@ -46,6 +48,21 @@ CAP = 4
 NAMESPACE = "gpu-admission"
 KEY = LedgerKey("team", "vision", "team", "nvidia.com/gpu.product")
 WINDOW = 60.0
+#: a deleted pod's grace period (seconds): it stays Terminating (no kubelet) and holds its GPU for two
+#: of them (kube-apiserver writes deletionTimestamp = the delete + the grace)
+GRACE = 30
+EPOCH = 1_700_000_000.0  # the model's clock starts here (unix seconds)
+
+
+def _holds(pod: Mapping[str, Any], now: float) -> bool:
+    """ResourceQuota's rule (QuotaV1Pod), written out here as the model's oracle: not finished, and not
+    deleted longer ago than its grace period allows."""
+    if pod["status"]["phase"] != "Running":
+        return False
+    stamp = pod["metadata"].get("deletionTimestamp")
+    if stamp is None:
+        return True
+    return now <= datetime.fromisoformat(stamp).timestamp() + pod["metadata"]["deletionGracePeriodSeconds"]
 
 
 @dataclass
@@ -139,11 +156,18 @@ class ModelIndex:
 
 class _Upkeep(Upkeep):
     async def seed(self, key: LedgerKey) -> Mapping[str, Holding]:
+        now = self.ledger.store.now()
         return {p["metadata"]["uid"]: _holding(p["metadata"]["name"]) for p in self.index.api.pods.values()  # type: ignore[attr-defined]
-                if p["status"]["phase"] == "Running"}
+                if _holds(p, now)}
 
     def _view_known(self) -> bool:
         return True
+
+    def on_loop(self, call: Any, *args: Any) -> None:
+        call(*args)  # (the model's watch runs on the loop)
+
+    def release_later(self, uids: list[str], reason: str) -> None:
+        self.ledger.release_pods(uids, reason)  # (hypothesis orders the requests: no random wait)
 
 
 def _holding(name: str) -> Holding:
@@ -168,9 +192,12 @@ class World:
     refused: set[str] = field(default_factory=set)
     reserving: bool = False
 
+    followers: list[PodFollower] = field(default_factory=list)
+
     def holding(self) -> set[str]:
-        """The uids of the pods admitted, stored, not finished: what holds GPUs."""
-        return {p["metadata"]["uid"] for p in self.api.pods.values() if p["status"]["phase"] == "Running"}
+        """The uids of the pods admitted, stored, not finished, and not deleted longer ago than their grace
+        period allows (as ResourceQuota counts them): what holds GPUs."""
+        return {p["metadata"]["uid"] for p in self.api.pods.values() if _holds(p, self.clock[0])}
 
 
 async def _quiet() -> None:
@@ -180,7 +207,8 @@ async def _quiet() -> None:
 
 
 ACTIONS = st.lists(st.tuples(
-    st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "sweep", "recount", "settle"]),
+    st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "delete", "gone", "sweep", "recount",
+                                                        "settle"]),
     st.integers(0, 1000), st.booleans()), min_size=30, max_size=90)
 
 
@@ -190,7 +218,7 @@ RESERVING = {"reserve_max": CAP, "reserve_min": 1, "reserve_share": 1, "record_e
 
 async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool) -> None:
     api = ModelApi()
-    clock = [1000.0]
+    clock = [EPOCH]
     ledgers: list[Ledger] = []
     upkeeps: list[Upkeep] = []
     for _ in range(replicas):
@@ -202,7 +230,7 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
         store.seeder = upkeep.seed
         ledgers.append(replica)
         upkeeps.append(upkeep)
-    world = World(api, ledgers, upkeeps, clock, reserving=reserving)
+    world = World(api, ledgers, upkeeps, clock, reserving=reserving, followers=[PodFollower(u) for u in upkeeps])
     names = iter(f"p{i}" for i in range(1000))
     stores: dict[str, bool] = {}
 
@@ -225,7 +253,20 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
                 pod = api.pods[running[pick % len(running)]]
                 pod["status"]["phase"] = "Succeeded"
                 if flag:  # the watch saw it (else a sweep finds it)
-                    ledgers[pick % replicas].release_pods([pod["metadata"]["uid"]], "finished")
+                    world.followers[pick % replicas].put(copy.deepcopy(pod))
+        elif action == "delete":  # deleted with a grace period: Terminating (no kubelet ends it)
+            alive = sorted(k for k, p in api.pods.items() if not termination.terminating(p))
+            if alive:
+                pod = api.pods[alive[pick % len(alive)]]
+                stamp = datetime.fromtimestamp(clock[0] + GRACE, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                pod["metadata"].update(deletionTimestamp=stamp, deletionGracePeriodSeconds=GRACE)
+                if flag:  # the watch saw it
+                    world.followers[pick % replicas].put(copy.deepcopy(pod))
+        elif action == "gone" and api.pods:  # a pod's object removed (its kubelet, or a forced delete)
+            key = sorted(api.pods)[pick % len(api.pods)]
+            del api.pods[key]
+            if flag:
+                world.followers[pick % replicas].discard(*key)
         elif action == "sweep":
             # the window outlasts any admission (its budget): it passes only while none is under way
             admitting = any(not t.done() for n, t in world.tasks.items() if n.startswith("p"))
@@ -275,8 +316,11 @@ def _collect(world: World, stores: dict[str, bool]) -> None:
         if settlement.charged and not settlement.denials:
             world.admitted.add(name)
             if stores[name]:
-                world.api.pods[("ml-a", name)] = {"metadata": {"name": name, "namespace": "ml-a", "uid": f"uid-{name}"},
-                                                  "status": {"phase": "Running"}}
+                pod = {"metadata": {"name": name, "namespace": "ml-a", "uid": f"uid-{name}"},
+                       "status": {"phase": "Running"}}
+                world.api.pods[("ml-a", name)] = pod
+                for follower in world.followers:  # (the watches see it: a delete of it is then news)
+                    follower.put(copy.deepcopy(pod))
         else:
             # (a recount may charge a pod admitted against a reservation before its owner recorded it:
             # counted twice, until that owner's next write, which is never too few)
@@ -299,7 +343,7 @@ async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before(
     (``asyncio.wait_for`` does on Python 3.11 when what it waits for finished meanwhile)."""
     api = ModelApi()
     store = _Store(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6),  # type: ignore[arg-type]
-                   LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: 1000.0, rng=random.Random(0))
+                   LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: EPOCH, rng=random.Random(0))
     upkeep = _Upkeep(Ledger(store), ModelIndex(api), lambda: None)  # type: ignore[arg-type, return-value]
     for turns in range(4):  # loop turns between the ask and the cancellation
         task = asyncio.create_task(upkeep.run())

@@ -19,7 +19,7 @@ from aiohttp import web
 from tests.fakeapi.patch import APPLY, apply_patch
 from tests.fakeapi.query import decode_continue, encode_continue, number
 from tests.fakeapi.request_log import RECORD, RequestLog, RequestRecord
-from tests.fakeapi.resources import TYPES, Obj, ResourceType
+from tests.fakeapi.resources import CUSTOM_GROUPS, TYPES, Obj, ResourceType
 from tests.fakeapi.selector import Selector
 from tests.fakeapi.status import ApiError, not_found
 from tests.fakeapi.store import Store
@@ -65,7 +65,13 @@ class Handlers:
                                   "platform": "linux/amd64"})  # fmt: skip
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        discovered = self._discovery(request.path) if request.method == "GET" else None
+        if discovered is not None:
+            return web.json_response(discovered)
         rt, namespace, name = self._route(request.path)
+        with self._store.lock:
+            if rt.plural in self._store.unserved:  # its CRD is not installed
+                raise ApiError(404, "the server could not find the requested resource")
         method = request.method
         if name is None and method == "GET":
             if request.query.get("watch", "").lower() in ("true", "1"):
@@ -78,6 +84,22 @@ class Handlers:
         if name is not None and method in ("GET", "PUT", "PATCH", "DELETE"):
             return await self._item(request, rt, namespace, name)
         raise ApiError(405, "the server does not allow this method on the requested resource")
+
+    def _discovery(self, path: str) -> Obj | None:
+        """The APIResourceList of a custom group's version (``/apis/<group>/<version>``), as kube-apiserver
+        serves it once a CRD of it is installed; None when the path is no such document."""
+        parts = path.strip("/").split("/")
+        if len(parts) != 3 or parts[0] != "apis" or parts[1] not in CUSTOM_GROUPS:
+            return None
+        with self._store.lock:
+            served = [rt for rt in TYPES if (rt.group, rt.version) == (parts[1], parts[2])
+                      and rt.plural not in self._store.unserved]
+        if not served:
+            raise ApiError(404, "the server could not find the requested resource")
+        verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{parts[1]}/{parts[2]}",
+                "resources": [{"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
+                               "kind": rt.kind, "verbs": verbs} for rt in served]}
 
     @staticmethod
     def _route(path: str) -> tuple[ResourceType, str | None, str | None]:

@@ -73,6 +73,10 @@ TYPES: tuple[ResourceType, ...] = (
     ),
 )
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+#: groups of custom resources (CRDs): the fake serves their discovery documents (``/apis/<group>/<version>``),
+#: and a test may take a CRD away (``FakeApiServer.serve``). (Built-in groups have none: like
+#: kube-apiserver before 1.34 for resource.k8s.io/v1, which tests/cluster relies on.)
+CUSTOM_GROUPS = frozenset({"gpu-admission.io", "wgpolicyk8s.io", "openreports.io"})
 
 
 def type_of(obj: Mapping[str, Any]) -> ResourceType:

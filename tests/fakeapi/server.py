@@ -203,6 +203,15 @@ class FakeApiServer:
 
     # ------------------------------------------------------------ requests
 
+    def serve(self, plural: str, served: bool = True) -> None:
+        """Install (``served``) or remove the CRD of a custom resource: unserved, every request for it
+        (its discovery document too) is a 404, and its objects stay in the store for when it comes back."""
+        with self._store.lock:
+            if served:
+                self._store.unserved.discard(plural)
+            else:
+                self._store.unserved.add(plural)
+
     def fail_next(
         self, n: int, status: int = 500, *, path_contains: str | None = None, watch: bool | None = None
     ) -> None:

@@ -53,6 +53,8 @@ class Store:
             collections.OrderedDict()
         )
         self.watchers: set[Watcher] = set()
+        #: plurals of custom resources whose CRD is not installed: 404 for everything, discovery included
+        self.unserved: set[str] = set()
 
     # ------------------------------------------------------------ writes
 

@@ -56,7 +56,8 @@ class ClusterIndex(AggregateAnswers):
             raise ValueError(f"cannot watch {', '.join(sorted(unknown))}: not one of {', '.join(RESOURCES)}")
         self.settings = settings or WatchSettings()
         self._clock = clock
-        self._aggregates = Aggregates()
+        # (the wall clock: when a Terminating pod's grace period, written by the API server, has passed)
+        self._aggregates = Aggregates(time.time)
         # The quota rule's default labels are summed from the first list on, in
         # the watch threads: the first admission with caps then finds them ready
         # instead of working them out on the event loop (~0.5 s at 30,000 GPU pods).

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from webhook.cluster import ledger_object, reservation
 from webhook.cluster.ledger_object import Entry
+from webhook.cluster.ledger_serving import LedgerServing
 from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.reservation import Reservations
 from webhook.cluster.session import ApiError
@@ -79,6 +80,12 @@ class Ledger:
         #: names this process's reservations (docs/quota.md): a new one for every start
         self.replica = secrets.token_hex(5)
         self._writers: dict[LedgerKey, _Writer] = {}
+        #: whether the API server serves the ledger's resource (None: not checked, as in tests of the ledger alone)
+        self.serving: LedgerServing | None = None
+
+    def not_ready(self) -> str:
+        """Why the server must not be Ready for the ledger ("" : nothing): caps enforced and no ledger resource."""
+        return self.serving.said() if self.serving is not None else ""
 
     async def settle(self, charges: Sequence[Charge], dry_run: bool) -> Settlement:
         """Charge (or, on a dry run, only judge) every charge of one pod, one ledger after the other:
@@ -119,6 +126,10 @@ class Ledger:
             for writer in self._writers.values():
                 if uid in writer.reserved.unrecorded:  # admitted against a reservation, not recorded yet
                     writer.release(uid, reason)
+
+    def admitted_unrecorded(self, uid: str) -> bool:
+        """Whether this replica admitted the pod against a reservation and has not recorded its charge yet."""
+        return any(uid in writer.reserved.unrecorded for writer in self._writers.values())
 
     def _writer(self, key: LedgerKey) -> _Writer:
         writer = self._writers.get(key)

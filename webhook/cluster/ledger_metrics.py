@@ -47,6 +47,15 @@ class LedgerMetrics:
         self.refused = Counter(f"{PREFIX}_ledger_refused",
                                "Pods refused because the API server refused the ledger's write for what it holds "
                                "(whatever clusterUnavailable says), by reason.", ["reason"], registry=registry)
+        self.healed = Counter(f"{PREFIX}_uncharged_pods_charged",
+                              "Stored pods the pod watch saw holding GPUs with no charge, charged at once.",
+                              registry=registry)
+        self.served = Gauge(f"{PREFIX}_ledger_served",
+                            "Whether the API server serves GPUQuotaLedgers (API discovery; 0: the CRD is not installed).",
+                            registry=registry)
+        self.missing = Gauge(f"{PREFIX}_ledger_missing",
+                             "1 while a policy enforces GPU caps and GPUQuotaLedgers are not served (the server is "
+                             "not Ready).", registry=registry)
         for reason in REFUSALS:
             self.refused.labels(reason)
         for outcome in OUTCOMES:

@@ -1,7 +1,11 @@
 """Keeping the GPU quota ledger true: releases, the window, recounts; and the ledger as ``serve`` runs it.
 
-- A pod the cluster view sees finish or go (Succeeded, Failed, being
-  deleted, deleted) releases its charges at once (the index's pod watch).
+- A pod the cluster view sees finish or go (Succeeded, Failed, deleted)
+  releases its charges at once (the index's pod watch); one being deleted
+  (Terminating) keeps them until ``deletionTimestamp +
+  deletionGracePeriodSeconds`` has passed, as ResourceQuota counts it
+  (``webhook.kube.termination``): released then by the sweep, or at once
+  when it is gone.
 - A charge whose pod the view has not shown within the window
   (``--quota-window``) is checked with a read of the pod, and released unless
   the pod exists with that uid (refused by a later admission plugin or webhook,
@@ -35,11 +39,12 @@ from webhook.cluster.index import ClusterIndex
 from webhook.cluster.ledger import Ledger
 from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.ledger_object import Entry
+from webhook.cluster.ledger_serving import LedgerServing
 from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
-from webhook.kube import names
+from webhook.kube import names, termination
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.policy.loader import PolicySet
 from webhook.view.aggregates import pod_key
@@ -71,6 +76,8 @@ class Upkeep:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._settled_at: dict[LedgerKey, float] = {}
+        #: stored pods the pod watch saw holding GPUs with no charge known here: charged at the next beat
+        self._uncharged: dict[str, Object] = {}
 
     # ------------------------------------------------------------ what a new ledger starts with
 
@@ -80,7 +87,8 @@ class Upkeep:
             return {}
         names = recount.namespaces_of(key, self.index.namespaces())
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names)
+        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names,
+                                          self.ledger.store.now())
 
     def _view_known(self) -> bool:
         return all(self.index.availability(r).known for r in ("pods", "namespaces"))
@@ -103,6 +111,8 @@ class Upkeep:
                     await self._recount_due.wait()
             try:
                 await self.settle()
+                if self._uncharged:
+                    await self.heal()
                 if self._loop.time() >= next_sweep:
                     next_sweep = self._loop.time() + settings.sweep
                     await self.sweep()
@@ -147,6 +157,7 @@ class Upkeep:
         ledger = self.ledger
         now, window = ledger.store.now(), ledger.settings.window
         finished: set[str] = set()
+        deleted: set[str] = set()
         overdue: dict[str, Entry] = {}
         in_flight = 0
         lapsed: set[LedgerKey] = set()
@@ -158,8 +169,10 @@ class Upkeep:
                     continue
                 pod = self.index.pod(entry.holding.namespace, entry.holding.name)
                 if pod is not None and recount.uid_of(pod) == uid:
-                    if not recount.live(pod):
-                        finished.add(uid)  # (its watch event released it, unless that write failed)
+                    if not recount.live(pod, now):
+                        # (its watch event released it, unless that write failed; or its grace period
+                        # passed while it stayed Terminating: no event says so)
+                        (deleted if termination.terminating(pod) else finished).add(uid)
                 elif now - entry.at < window:
                     in_flight += 1
                 else:
@@ -167,6 +180,8 @@ class Upkeep:
         ledger.metrics.in_flight.set(in_flight)
         if finished:
             ledger.release_pods(finished, "finished")
+        if deleted:
+            ledger.release_pods(deleted, "deleted")
         for uid, entry in overdue.items():
             found = await self._exists(entry.holding.namespace, entry.holding.name, uid)
             # kept only while the pod is known to exist; an API server that cannot say delays the
@@ -190,7 +205,38 @@ class Upkeep:
             pod = await self.ledger.store.session.request("GET", path, timeout=5.0)
         except ApiError as exc:
             return None if exc.status == 0 or exc.status == 429 or exc.status >= 500 else False
-        return recount.uid_of(pod) == uid and recount.live(pod)
+        return recount.uid_of(pod) == uid and recount.live(pod, self.ledger.store.now())
+
+    def uncharged(self, pod: Object) -> None:
+        """On the loop: the pod watch saw this stored pod hold GPUs; noted when no ledger known here charges it."""
+        uid = recount.uid_of(pod)
+        if uid and not self.ledger.store.ledgers_of(uid) and not self.ledger.admitted_unrecorded(uid):
+            self._uncharged[uid] = pod
+
+    async def heal(self) -> None:
+        """Charge the stored pods seen holding GPUs with no charge, at once rather than at the next periodic
+        recount: each ledger such a pod would be charged to is recounted (a fresh read first: a charge another
+        replica wrote that this one's ledger watch has not delivered yet is found, not written twice)."""
+        pods, self._uncharged = self._uncharged, {}
+        if not self._view_known():
+            return
+        pods = {uid: pod for uid, pod in pods.items() if not self.ledger.store.ledgers_of(uid)}
+        if not pods:
+            return
+        loop = asyncio.get_running_loop()
+        keys = await loop.run_in_executor(None, recount.ledgers_of, self._policies(), self.index, list(pods.values()),
+                                          self.ledger.store.now())
+        for key in sorted(keys, key=lambda k: (k.scope, k.team_label, k.group, k.model_label)):
+            try:
+                added = await self._recount(key)
+            except ApiError as exc:
+                log.warning("charging the pods of %s that held GPUs with no charge failed: %s", key.describe(), exc)
+                continue
+            healed = sorted(f"{e.holding.namespace}/{e.holding.name}" for u, e in added.items() if u in pods)
+            if healed:
+                self.ledger.metrics.healed.inc(len(healed))
+                log.warning("charged %d pods holding GPUs with no charge in the GPU quota ledger of %s (seen by the "
+                            "pod watch): %s", len(healed), key.describe(), ", ".join(healed[:10]))
 
     async def recount(self) -> None:
         """Each ledger known against the pods of its group: charge what is not charged, remove what no policy charges."""
@@ -202,9 +248,9 @@ class Upkeep:
             except ApiError as exc:
                 log.warning("recounting the GPU quota ledger of %s failed: %s", key.describe(), exc)
 
-    async def _recount(self, key: LedgerKey, attempts: int = 3) -> None:
+    async def _recount(self, key: LedgerKey, attempts: int = 3) -> dict[str, Entry]:
         """One ledger, written against the version it was recounted from: a charge released meanwhile is
-        not put back (the write is refused, and the recount done again)."""
+        not put back (the write is refused, and the recount done again). The charges it added."""
         store = self.ledger.store
         for attempt in range(attempts):
             # the ledger first, then the view: a pod that goes after the view was read is released by a
@@ -221,7 +267,7 @@ class Upkeep:
                        if (uid not in expected and self._seen_live(uid, entry))
                        or (reservation.is_reservation(uid) and now - entry.at >= self.ledger.settings.window)}
             if not added and not removed:
-                return
+                return {}
             charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
             charges.update(added)
             try:
@@ -236,12 +282,13 @@ class Upkeep:
                 store.metrics.releases.labels("recount").inc(len(removed))
             log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
                      key.describe(), len(added), len(removed))
-            return
+            return added
+        return {}
 
     def _seen_live(self, uid: str, entry: Entry) -> bool:
         """The view holds this very pod, alive: a charge no policy makes any more (the others are the sweep's)."""
         pod = self.index.pod(entry.holding.namespace, entry.holding.name)
-        return pod is not None and recount.uid_of(pod) == uid and recount.live(pod)
+        return pod is not None and recount.uid_of(pod) == uid and recount.live(pod, self.ledger.store.now())
 
     def recount_soon(self) -> None:
         self._recount_due.set()
@@ -284,9 +331,12 @@ class PodFollower:
         self._uids[key] = uid
         if old and old != uid:
             self._released([old], "deleted")
-        if not recount.live(pod):
-            deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-            self._released([uid], "deleted" if deleting else "finished")
+        # a pod being deleted keeps its charge for its grace period (the sweep releases it after, if it is
+        # still there: ResourceQuota counts it so)
+        if not recount.live(pod, self._upkeep.ledger.store.now()):
+            self._released([uid], "deleted" if termination.terminating(pod) else "finished")
+        elif uid:  # stored and holding: charged at once if no ledger charges it (self-healing)
+            self._upkeep.on_loop(self._upkeep.uncharged, pod)
 
     def discard(self, namespace: str, name: str) -> None:
         uid = self._uids.pop((namespace, name), None)
@@ -363,6 +413,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     session = ApiSession(api_client.configuration)
     async with session.running():
         ledger = Ledger(LedgerStore(session, settings, metrics))
+        ledger.serving = LedgerServing(session, policies, metrics)
+        serving = asyncio.create_task(ledger.serving.run())
         upkeep = Upkeep(ledger, index, policies)
         ledger.store.seeder = upkeep.seed
         index.follow("pods", PodFollower(upkeep))
@@ -382,7 +434,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
             yield ledger
         finally:
             watch.stop()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running_task in (task, serving):
+                running_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running_task
             await ledger.stop()

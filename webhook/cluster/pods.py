@@ -23,8 +23,10 @@ GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.
 GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-", "gpu.intel.com/")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-# deletionTimestamp: quota usage skips pods on their way out
-_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
+# deletionTimestamp and deletionGracePeriodSeconds: a pod on its way out holds its GPUs for its grace
+# period, as ResourceQuota counts it (webhook.kube.termination)
+_METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp",
+             "deletionGracePeriodSeconds")
 # resourceClaims: pods that get GPUs through DRA claims
 _SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "resourceClaims")
 
@@ -60,9 +62,10 @@ def trim_pod(pod: Mapping[str, Any]) -> Raw:
     if spec.get("initContainers"):
         trimmed_spec["initContainers"] = _containers(spec["initContainers"])
     trimmed: Raw = {"apiVersion": "v1", "kind": "Pod", "metadata": trimmed_meta, "spec": trimmed_spec}
-    phase = (pod.get("status") or {}).get("phase")
-    if phase:
-        trimmed["status"] = {"phase": phase}
+    status = pod.get("status") or {}
+    kept = {k: status[k] for k in ("phase", "resourceClaimStatuses") if status.get(k)}
+    if kept:  # (resourceClaimStatuses: the claims a pod holds, made from its templates)
+        trimmed["status"] = kept
     return trimmed
 
 

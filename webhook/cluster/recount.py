@@ -1,6 +1,6 @@
 """What a ledger should hold, counted from the pods of the cluster view (the quota controller's resync).
 
-Each live pod of the ledger's group (Pending or Running, not being deleted)
+Each live pod of the ledger's group (Pending or Running, and not deleted longer ago than its grace period allows)
 is judged by the engine as the validating webhook judged it when it was
 created, with the policies in force now: the charges the engine states for
 it to this ledger are what it holds there. So a recount charges exactly what
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.kube import termination
 from webhook.policy import engine
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.policy.loader import PolicySet
@@ -21,10 +22,10 @@ from webhook.policy.request import Request
 from webhook.view.protocol import ClusterView, Object
 
 
-def live(pod: Mapping[str, Any]) -> bool:
-    """Whether a pod holds its GPUs: not finished, not being deleted (as the quota rule counts usage)."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return not meta.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+def live(pod: Mapping[str, Any], now: float | None) -> bool:
+    """Whether a pod holds its GPUs at ``now`` (unix seconds): not finished, and not deleted longer ago than
+    its grace period allows, as ResourceQuota counts it (``webhook.kube.termination``)."""
+    return termination.holds(pod, now)
 
 
 def uid_of(pod: Mapping[str, Any]) -> str:
@@ -43,15 +44,38 @@ def namespaces_of(key: LedgerKey, namespaces: Iterable[Object]) -> list[str]:
     return found
 
 
-def holdings(policies: PolicySet, view: ClusterView, key: LedgerKey, namespaces: Iterable[str]) -> dict[str, Holding]:
-    """Pod uid → what it holds in the ledger ``key``, for the live pods of ``namespaces`` in the view."""
+def holdings(policies: PolicySet, view: ClusterView, key: LedgerKey, namespaces: Iterable[str],
+             now: float | None) -> dict[str, Holding]:
+    """Pod uid → what it holds in the ledger ``key``, for the live pods of ``namespaces`` in the view (at
+    ``now``: a pod being deleted holds until its grace period has passed)."""
     found: dict[str, Holding] = {}
     for namespace in namespaces:
         for pod in view.pods(namespace):
-            if not live(pod) or not uid_of(pod):
+            if not live(pod, now) or not uid_of(pod):
                 continue
-            decision = engine.evaluate(policies, Request.for_object(pod), view, "validate")
+            decision = engine.evaluate(policies, Request.for_object(_as_created(pod)), view, "validate")
             for charge in decision.charges:
                 if charge.key == key:
                     found[charge.uid] = charge.holding
     return found
+
+
+def _as_created(pod: Object) -> Object:
+    """The pod as admission judged it: one being deleted is judged as when it was created (the engine lets
+    a pod being deleted through unjudged: only its finalizers may change)."""
+    meta = pod.get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return pod
+    return {**pod, "metadata": {k: v for k, v in meta.items()
+                                if k not in ("deletionTimestamp", "deletionGracePeriodSeconds")}}
+
+
+def ledgers_of(policies: PolicySet, view: ClusterView, pods: Iterable[Object], now: float | None) -> set[LedgerKey]:
+    """The ledgers these pods (of the view) are charged to, as admission would charge them (those that hold
+    GPUs at ``now``)."""
+    keys: set[LedgerKey] = set()
+    for pod in pods:
+        if live(pod, now) and uid_of(pod):
+            decision = engine.evaluate(policies, Request.for_object(_as_created(pod)), view, "validate")
+            keys.update(charge.key for charge in decision.charges)
+    return keys

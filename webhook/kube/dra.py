@@ -186,3 +186,13 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def generated_claims(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Pod claim name → the ResourceClaim it holds, from ``status.resourceClaimStatuses`` (the claims the
+    resourceclaim controller made from templates: what an existing pod holds, whatever became of the template)."""
+    found: dict[str, str] = {}
+    for entry in _map(pod.get("status")).get("resourceClaimStatuses") or ():
+        if isinstance(entry, Mapping) and entry.get("name") and entry.get("resourceClaimName"):
+            found[str(entry["name"])] = str(entry["resourceClaimName"])
+    return found

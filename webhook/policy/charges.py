@@ -19,6 +19,7 @@ from decimal import Decimal
 
 from webhook.policy import caps
 from webhook.policy.finding import Finding
+from webhook.policy.schema import GPUPolicy
 
 RULE = "quota"
 
@@ -111,6 +112,12 @@ def merged(charges: Iterable[Charge]) -> tuple[Charge, ...]:
             more = tuple(c for c in charge.caps if c not in found.caps)
             by_key[charge.key] = replace(found, caps=found.caps + more)
     return tuple(by_key.values())
+
+
+def enforcing(policies: Iterable[GPUPolicy]) -> tuple[str, ...]:
+    """The policies whose quota rule enforces caps: what needs the ledger (docs/quota.md)."""
+    return tuple(p.metadata.name for p in policies
+                 if (rule := p.spec.rules.quota) is not None and rule.mode == "enforce" and rule.limits)
 
 
 class Tally:

@@ -412,7 +412,9 @@ def _claims(
     found: list[claim_gpus.PodClaims | None] = [None] * len(specs)
     for index, spec in enumerate(specs):
         if "resourceClaims" in spec:
-            found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes)
+            # (an existing pod, as a recount judges it: the claims it holds, not its templates)
+            generated = dra.generated_claims(request.object) if isinstance(request.object, dict) else None
+            found[index] = resolved = claim_gpus.resolve(spec, request.namespace, view, classes, generated)
             if resolved is not None:
                 slots[index] = claim_gpus.container_slots(spec, resolved, slots[index])
     return found

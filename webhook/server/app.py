@@ -181,7 +181,10 @@ def _cluster_ctx(
         async with contextlib.AsyncExitStack() as stack:
             if ledger is not None:  # (before the index starts: it follows the index's pods)
                 store = app[keys.STORE]
-                app[keys.LEDGER] = await stack.enter_async_context(ledger(index, lambda: store.current, app[keys.METRICS]))
+                charged = app[keys.LEDGER] = await stack.enter_async_context(
+                    ledger(index, lambda: store.current, app[keys.METRICS]))
+                # enforced caps with no ledger resource would admit every pod unchecked (fail-open)
+                app[keys.READY_CHECKS].append(charged.not_ready)
             await index.start()
             freezer = asyncio.create_task(_freeze_gc_when_synced(index)) if freeze_gc else None
             try:

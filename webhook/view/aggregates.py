@@ -26,9 +26,10 @@ so both answer alike.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from webhook.kube import termination
 from webhook.kube.resource_slices import Device
 from webhook.view.node_devices import SliceIndex
 from webhook.view.nodegroups import NodeGroup, NodeGroups, labels_of, name_of
@@ -62,7 +63,13 @@ def _namespace_labels(namespace: Object) -> dict[str, str]:
 class Aggregates:
     """Node groups and GPU usage of one changing cluster."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        #: unix seconds now, for pods being deleted whose grace period passes (None: they hold until gone).
+        #: Given by the live index (the cluster layer); the view itself reads no clock.
+        self._clock = clock
+        #: pods being deleted that hold GPUs until a moment (unix seconds): their shares are worked out
+        #: again once it has passed, when the sums are next read
+        self._expiring: dict[PodKey, float] = {}
         self._lock = threading.RLock()
         self._nodes: dict[str, Object] = {}
         #: pods by (namespace, name); a snapshot file may repeat a name, and then all count
@@ -96,6 +103,8 @@ class Aggregates:
         The first call for a label works them out from every pod (once per
         label and process; policy reloads keep them); later calls are a lookup.
         """
+        if self._expiring and self._clock is not None:
+            self._expire(self._clock())
         usage = self._usage.get(model_label)
         labels = [label for label in team_labels if usage is None or label not in usage.view.teams]
         if usage is not None and not labels:
@@ -185,6 +194,9 @@ class Aggregates:
                 if isinstance(pod, Mapping):
                     grouped.setdefault(pod_key(pod), []).append(pod)
             self._pods = {k: tuple(v) for k, v in grouped.items()}
+            self._expiring = {}
+            for key, same in self._pods.items():
+                self._note_expiry(key, same)
             self._on_node = {}
             for key, same in self._pods.items():
                 for pod in same:
@@ -212,8 +224,26 @@ class Aggregates:
             self._publish_claim_pods()
         elif self._claim_pods.pop(key, None) is not None:
             self._publish_claim_pods()
+        self._note_expiry(key, pods)
         for usage in self._usage.values():
             usage.set(key, self._share(usage, key))
+
+    def _expire(self, now: float) -> None:
+        """Pods being deleted whose grace period has passed stop counting."""
+        with self._lock:
+            if not self._expiring or min(self._expiring.values()) >= now:
+                return
+            for key in [k for k, until in self._expiring.items() if until < now]:
+                del self._expiring[key]
+                for usage in self._usage.values():
+                    usage.set(key, self._share(usage, key))
+
+    def _note_expiry(self, key: PodKey, pods: Iterable[Object]) -> None:
+        ends = [t for t in map(termination.released_at, pods) if t is not None]
+        if ends:
+            self._expiring[key] = max(ends)
+        else:
+            self._expiring.pop(key, None)
 
     def _publish_claim_pods(self) -> None:
         self._claim_pod_list = tuple(pod for same in self._claim_pods.values() for pod in same)
@@ -226,7 +256,7 @@ class Aggregates:
             model = labels_of(found).get(label) if found is not None else None
             return str(model) if model else None
 
-        return share_of(self._pods.get(key, ()), model_of, label)
+        return share_of(self._pods.get(key, ()), model_of, label, self._clock() if self._clock is not None else None)
 
     def _shares(self, usage: GpuUsage) -> Iterable[tuple[PodKey, Share | None]]:
         return ((key, self._share(usage, key)) for key in self._pods)

@@ -18,7 +18,7 @@ the scheduler takes the first that fits.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -54,6 +54,8 @@ class PodClaims:
     #: per GPU request of its claims, the (device class, devices) it may get, in order (one node
     #: must hold one choice of them all: webhook.kube.dra.fitting)
     alternatives: tuple[tuple[tuple[str, int], ...], ...] = ()
+    #: pod claim name → the ResourceClaim it holds (a shared claim is counted once across pods)
+    held: dict[str, str] = field(default_factory=dict)
 
     def total(self) -> dict[str, Decimal]:
         """Extended resource → devices over every claim of the pod."""
@@ -66,17 +68,27 @@ class PodClaims:
 
 
 def resolve(
-    spec: Mapping[str, Any], namespace: str, view: ClusterView, classes: Mapping[str, DeviceClassInfo]
+    spec: Mapping[str, Any], namespace: str, view: ClusterView, classes: Mapping[str, DeviceClassInfo],
+    generated: Mapping[str, str] | None = None,
 ) -> PodClaims | None:
-    """The pod spec's claims as the view knows them; None when it names no claim."""
+    """The pod spec's claims as the view knows them; None when it names no claim.
+
+    ``generated`` (``dra.generated_claims`` of an existing pod): the ResourceClaims made for it from its
+    templates. An existing pod holds those, so they are counted, not the template (which may be gone or
+    changed since)."""
     claims = dra.pod_claims(spec)
     if not claims:
         return None
     found = _Resolution(namespace, view, classes)
     for claim in claims:
+        made = (generated or {}).get(claim.name) if claim.template else None
+        if made and view.resource_claim(namespace, made) is not None:
+            claim = replace(claim, template="", claim=made)
         name = claim.template or claim.claim
         if not name:
             continue
+        if claim.claim:
+            found.held[claim.name] = claim.claim
         obj = view.resource_claim_template(namespace, name) if claim.template else view.resource_claim(namespace, name)
         if obj is None:
             found.missing(claim, name)
@@ -98,6 +110,7 @@ class _Resolution:
     quota: dict[str, int] = field(default_factory=dict)
     models: list[str | None] = field(default_factory=list)
     alternatives: list[tuple[tuple[str, int], ...]] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)
 
     def add(self, claim: dra.PodClaim, obj: Mapping[str, Any]) -> None:
         requests = dra.requests_of(dra.claim_spec(obj))
@@ -126,7 +139,7 @@ class _Resolution:
         models = self.models
         confined = frozenset(m for m in models if m) if models and None not in models else None
         return PodClaims(self.counts, tuple(self.unresolved), tuple(dict.fromkeys(self.unknown)), self.quota,
-                         confined, tuple(self.alternatives))
+                         confined, tuple(self.alternatives), dict(self.held))
 
 
 def request_models(

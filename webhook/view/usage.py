@@ -8,7 +8,9 @@ then reads one small table (priority class × models × resource) instead of
 every pod of the cluster.
 
 What a pod holds follows the quota rule (``rules/quota.py``): Pending and
-Running pods not being deleted; as many of each extended resource as the
+Running pods, those being deleted included until their grace period has
+passed, as ResourceQuota counts them (``webhook.kube.termination``; past
+it only where the owner of the sums has a clock: the live index); as many of each extended resource as the
 scheduler counts (``resources.pod_gpus``); on the GPU model of the node it is
 bound to, else the models its node selector and required affinity allow
 (``None``: any). Which resources are GPUs and which caps count them is the
@@ -23,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.gpu import resources
+from webhook.kube import termination
 from webhook.view import scheduling
 from webhook.view.nodegroups import is_extended
 
@@ -51,14 +54,16 @@ class Share:
     amounts: tuple[tuple[UsageKey, Decimal], ...]
 
 
-def share_of(pods: Iterable[Mapping[str, Any]], model_of: Callable[[str], str | None], model_label: str) -> Share | None:
-    """The share of these pods (more than one only when a snapshot repeats a name); None: nothing held."""
+def share_of(pods: Iterable[Mapping[str, Any]], model_of: Callable[[str], str | None], model_label: str,
+             now: float | None = None) -> Share | None:
+    """The share of these pods (more than one only when a snapshot repeats a name) at ``now`` (unix seconds;
+    None: a pod being deleted holds until it is gone); None: nothing held."""
     held: dict[UsageKey, Decimal] = {}
     namespace = ""
     for pod in pods:
         meta, spec, status = _map(pod.get("metadata")), _map(pod.get("spec")), _map(pod.get("status"))
         namespace = str(meta.get("namespace") or "")
-        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        if not termination.holds(pod, now):
             continue
         model = model_of(str(spec.get("nodeName") or ""))
         models = frozenset({model}) if model else scheduling.label_values(spec, model_label)

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.gpu import resources
-from webhook.kube import resourcequota
+from webhook.kube import dra, resourcequota, termination
 from webhook.kube.patch import pointer
 from webhook.kube.value_text import text
 from webhook.policy import caps as cap_rules
@@ -190,21 +190,30 @@ def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, gro
     """``_claimed``, per namespace holding some: one pass over the pods that name claims."""
     total: dict[str, Decimal] = {}
     labels_of = _namespace_labels(ctx)
+    counted_claims: set[tuple[str, str]] = set()  # a ResourceClaim several pods share counts once
     for pod in ctx.view.claim_pods():
         meta = _map(pod.get("metadata"))
         namespace = str(meta.get("namespace") or "")
-        if meta.get("deletionTimestamp") or (ctx.request.name and (namespace, meta.get("name")) == (
-                ctx.request.namespace, ctx.request.name)):
+        if ctx.request.name and (namespace, meta.get("name")) == (ctx.request.namespace, ctx.request.name):
             continue
-        spec, status = _map(pod.get("spec")), _map(pod.get("status"))
+        spec = _map(pod.get("spec"))
         in_group = namespace if cap.scope == "namespace" else labels_of(namespace).get(cap.teamLabel)
-        if status.get("phase") in ("Succeeded", "Failed") or in_group != group:
+        # (a pod being deleted holds its devices until it is gone: the core has no clock for its grace period)
+        if not termination.holds(pod) or in_group != group:
             continue
-        claims = claim_gpus.resolve(spec, namespace, ctx.view, ctx.device_classes)
+        claims = claim_gpus.resolve(spec, namespace, ctx.view, ctx.device_classes, dra.generated_claims(pod))
         models = claim_gpus.confine(scheduling.label_values(spec, cfg.modelLabel), claims)
         if claims is None or not _counts(cap, str(spec.get("priorityClassName") or ""), models):
             continue
-        devices = sum((n for name, n in claims.total().items() if matcher(name) and ctx.is_gpu(name)), Decimal(0))
+        devices = Decimal(0)
+        for pod_claim, requests in claims.counts.items():
+            held = claims.held.get(pod_claim)
+            if held:
+                if (namespace, held) in counted_claims:
+                    continue
+                counted_claims.add((namespace, held))
+            devices += sum((n for counts in requests.values() for name, n in counts.items()
+                            if matcher(name) and ctx.is_gpu(name)), Decimal(0))
         if devices:
             total[namespace] = total.get(namespace, Decimal(0)) + devices
     return total
@@ -256,7 +265,7 @@ def _charged_already(ctx: RuleContext) -> bool:
         meta = _map(pod.get("metadata"))
         if (meta.get("namespace"), meta.get("name")) != (namespace, name) or (uid and meta.get("uid") != uid):
             continue
-        return not meta.get("deletionTimestamp") and _map(pod.get("status")).get("phase") not in ("Succeeded", "Failed")
+        return termination.holds(pod)
     return False
 
 

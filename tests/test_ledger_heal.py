@@ -1,0 +1,106 @@
+"""Self-healing (issue #41): a stored pod the watch sees holding GPUs with no charge is charged at once.
+
+A pod admitted while the ledger could not be written (fail-open), or before
+its caps were enforced, holds GPUs that no charge holds. The pod watch
+(``PodFollower``) notes it, and the upkeep's next beat charges it through a
+recount of its ledger (a fresh read, written with its precondition): it counts
+against the cap from then on, the correction is counted
+(``gpu_admission_quota_uncharged_pods_charged_total``) and logged. Against
+the fake API server (tests/fakeapi).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Collection, Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.fakeapi import FakeApiServer
+from tests.support import POLICIES
+from webhook.cluster import ledger_object
+from webhook.cluster.ledger import Ledger
+from webhook.cluster.ledger_metrics import LedgerMetrics
+from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster.ledger_store import LedgerStore
+from webhook.cluster.ledger_upkeep import PodFollower, Upkeep
+from webhook.cluster.session import ApiSession
+from webhook.policy import loader
+from webhook.policy.charges import LedgerKey
+from webhook.view.protocol import Object
+from webhook.view.snapshot import SnapshotView
+
+NAMESPACE = "gpu-admission"
+KEY = LedgerKey("namespace", "ml", "", "nvidia.com/gpu.product")
+POLICY = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: caps}
+spec:
+  rules: {quota: {resourceQuotas: false, limits: [{scope: namespace, max: 4}]}}
+"""
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            "status": {"phase": "Running"}}
+
+
+class _View(SnapshotView):
+    """The cluster view as the index answers the upkeep."""
+
+    def pod(self, namespace: str, name: str) -> Object | None:
+        return next((p for p in self.pods(namespace) if p["metadata"]["name"] == name), None)
+
+    def namespaces(self) -> Collection[Object]:
+        return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer(default_namespaces=("default", NAMESPACE, "ml")) as server:
+        yield server
+
+
+async def _upkeep(api: FakeApiServer, view: SnapshotView) -> AsyncIterator[tuple[Upkeep, CollectorRegistry]]:
+    policies = loader.load_text((POLICIES / "workload-kinds.yaml").read_text() + "\n---\n" + POLICY)
+    registry = CollectorRegistry()
+    session = ApiSession(api.api_client().configuration)
+    async with session.running():
+        store = LedgerStore(session, LedgerSettings(namespace=NAMESPACE, reserve_max=0), LedgerMetrics(registry, 90.0))
+        upkeep = Upkeep(Ledger(store), view, lambda: policies)  # type: ignore[arg-type]
+        store.seeder = upkeep.seed
+        yield upkeep, registry
+
+
+def _charged(api: FakeApiServer) -> set[str]:
+    return set(ledger_object.effective(api.objects("GPUQuotaLedger")).get(KEY, {}))
+
+
+async def test_a_pod_holding_gpus_with_no_charge_is_charged_at_once(
+    api: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = pod("other")
+    api.add(ledger_object.new_object(KEY, NAMESPACE, {}))
+    view = _View.from_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, other,
+                               pod("admitted-fail-open")], known=("namespaces", "pods"))
+    async for upkeep, registry in _upkeep(api, view):
+        upkeep.ledger.store.known(api.get("GPUQuotaLedger", ledger_object.name_of(KEY), NAMESPACE) or {})
+        follower = PodFollower(upkeep)
+        upkeep.on_loop = lambda call, *args: call(*args)  # type: ignore[method-assign]  # (this test runs on the loop)
+        follower.put(pod("admitted-fail-open"))
+        caplog.set_level(logging.WARNING, logger="webhook.cluster.ledger_upkeep")
+        await upkeep.heal()  # the upkeep's next beat
+        assert _charged(api) == {"uid-admitted-fail-open", "uid-other"}
+        value = registry.get_sample_value("gpu_admission_quota_uncharged_pods_charged_total")
+        assert value == 1.0  # (the other pod was charged by the same recount, but nothing saw it uncharged)
+        assert any("ml/admitted-fail-open" in r.getMessage() and "no charge" in r.getMessage()
+                   for r in caplog.records)
+        # charged now: seen again, nothing more is written
+        writes = len(api.requests(method="PUT"))
+        follower.put(pod("admitted-fail-open"))
+        await upkeep.heal()
+        assert len(api.requests(method="PUT")) == writes
