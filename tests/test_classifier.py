@@ -109,8 +109,9 @@ def test_a_pod_matching_no_anchor_has_no_class_and_an_anchored_one_does() -> Non
     assert classifier.classify(pod_meta={"labels": {"app": "x"}}, workload_kind="Pod", **common) == ""
     assert classifier.classify(pod_meta={"labels": {"notebook-name": "nb"}}, workload_kind="Pod", **common) == "notebook"
     assert classifier.classify(pod_meta={}, workload_kind="Pod", **owned_by_job) == "batch"
-    # an explicit label outranks the owner heuristics (lower order is tried first)
-    assert classifier.classify(
-        pod_meta={"labels": {"gpu-admission.io/workload-class": "inference"}}, workload_kind="Pod",
-        **owned_by_job,
-    ) == "inference"
+    # an explicit label outranks the owner heuristics (lower order is tried first) where the
+    # namespace is allowed that class, and counts for nothing elsewhere (issue #42 row 7)
+    allowed: _Common = {**owned_by_job, "ns_labels": {"workload-classes.gpu-admission.io/inference": "true"}}
+    labelled = {"labels": {"gpu-admission.io/workload-class": "inference"}}
+    assert classifier.classify(pod_meta=labelled, workload_kind="Pod", **allowed) == "inference"
+    assert classifier.classify(pod_meta=labelled, workload_kind="Pod", **owned_by_job) == "batch"

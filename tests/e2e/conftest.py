@@ -29,6 +29,9 @@ def pytest_report_header() -> str:
     return f"e2e: KUBEBUILDER_ASSETS={os.environ.get('KUBEBUILDER_ASSETS', '(unset)')}"
 
 
+#: the namespace labels that let a namespace's pods choose each shipped workload class by label
+ALLOW_CLASSES = {f"workload-classes.gpu-admission.io/{c}": "true" for c in ("training", "inference", "notebook")}
+
 @pytest.fixture(scope="session")
 def workdir() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="gpu-admission-e2e-"))
@@ -77,9 +80,10 @@ def admission(apiserver: ApiServer, admin: Kube, workdir: Path) -> Iterator[Admi
 
 @pytest.fixture
 def namespace(admission: Admission, admin: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace opted in to GPU admission."""
+    """A fresh namespace opted in to GPU admission, whose pods may choose every workload class by label
+    (``ALLOW_CLASSES``: the platform's namespace labels, issue #42 row 7)."""
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    labels = {OPT_IN: "true", **getattr(request, "param", {})}
+    labels = {OPT_IN: "true", **ALLOW_CLASSES, **getattr(request, "param", {})}
     admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
     yield name
     admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
+import pytest
+
+from tests.e2e.conftest import OPT_IN
 from tests.e2e.fixtures import gpu_container, pod
-from tests.e2e.kube import Kube, Object, eventually
+from tests.e2e.kube import Kube, Object, Refused, eventually
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -141,3 +145,30 @@ def _create_when_known(admin: Kube, obj: Object) -> Object:
         return stored if stored["spec"]["priorityClassName"] != "e2e-everyone" else None
     eventually(attempt, what="the server seeing the globalDefault PriorityClass")
     return admin.create(obj)
+
+
+def test_a_tenant_gets_only_the_priority_its_namespace_allows(admin: Kube, admission: object) -> None:
+    """Issue #42 row 7: the inference label gives gpu-inference only in a namespace labelled
+    workload-classes.gpu-admission.io/inference=true (the Priority plugin then stores its value);
+    elsewhere the pod gets no GPU class (the cluster's default, 0 here); system-node-critical is refused."""
+    allowed, plain = f"e2e-serving-{uuid.uuid4().hex[:6]}", f"e2e-tenant-{uuid.uuid4().hex[:6]}"
+    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+                  for name, labels in ((allowed, {OPT_IN: "true", "workload-classes.gpu-admission.io/inference": "true"}),
+                                       (plain, {OPT_IN: "true"}))]
+    for ns in namespaces:
+        admin.create(ns)
+    try:
+        labels = {"gpu-admission.io/workload-class": "inference"}
+        served = admin.create(pod("server", allowed, gpu_container(), labels=labels))
+        assert (served["spec"]["priorityClassName"], served["spec"]["priority"]) == ("gpu-inference", 100000)
+        tenant = admin.create(pod("server", plain, gpu_container(), labels=labels))
+        assert "priorityClassName" not in tenant["spec"] and tenant["spec"].get("priority", 0) == 0
+        with pytest.raises(Refused) as refused:
+            admin.create(pod("critical", plain, gpu_container(), priorityClassName="system-node-critical"))
+        assert "PriorityClass 'system-node-critical' is for the cluster's own components" in refused.value.message
+        with pytest.raises(Refused) as named:
+            admin.create(pod("named", plain, gpu_container(), priorityClassName="gpu-inference"))
+        assert f"which namespace {plain} may not choose" in named.value.message
+    finally:
+        for ns in namespaces:
+            admin.delete(ns)

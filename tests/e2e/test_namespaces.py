@@ -128,8 +128,10 @@ def _guard_refusal(attempt: Callable[[], object]) -> Refused | None:
 def test_the_label_guard_covers_status_finalize_and_the_team_label(admin: Kube, editor: Kube) -> None:
     """A user granted namespaces/status and namespaces/finalize but not the verb "label" can remove
     neither the opt-in label nor the team label (which GPU quota caps count namespaces by) through
-    them, nor change the team label anywhere; other labels pass; once granted the verb, all pass."""
-    created = admin.create(_namespace("e2e-doors", {OPT_IN: "true", "team": "vision"}))
+    them, nor change the team label or a workload-classes.gpu-admission.io/ label anywhere; other
+    labels pass; once granted the verb, all pass."""
+    created = admin.create(_namespace("e2e-doors", {OPT_IN: "true", "team": "vision",
+                                                    "workload-classes.gpu-admission.io/training": "true"}))
     try:
         def status_patch(labels: dict[str, str | None], **query: str) -> Callable[[], object]:
             return lambda: editor.patch(created, {"metadata": {"labels": labels}}, subresource="status", **query)
@@ -154,8 +156,15 @@ def test_the_label_guard_covers_status_finalize_and_the_team_label(admin: Kube, 
                         lambda: editor.patch(created, {"metadata": {"labels": {"team": "robotics"}}})):
             team = _guard_refusal(attempt)
             assert team is not None and "changing the label team of namespace e2e-doors" in team.message
+        # a namespace allowing itself a workload class (and its priority): set through any door, or removed
+        allow = "workload-classes.gpu-admission.io/inference"
+        for attempt in (lambda: editor.patch(created, {"metadata": {"labels": {allow: "true"}}}),
+                        status_patch({allow: "true"}), status_patch({"workload-classes.gpu-admission.io/training": None})):
+            allowing = _guard_refusal(attempt)
+            assert allowing is not None and "changing the label workload-classes.gpu-admission.io/" in allowing.message
         labels = admin.get("v1", "Namespace", "e2e-doors")["metadata"]["labels"]
-        assert labels[OPT_IN] == "true" and labels["team"] == "vision"
+        assert labels[OPT_IN] == "true" and labels["team"] == "vision" and allow not in labels
+        assert labels["workload-classes.gpu-admission.io/training"] == "true"
         # controls: an ordinary label passes through every door
         assert _guard_refusal(status_patch({"purpose": "status"})) is None
         assert _guard_refusal(lambda: editor.patch(created, {"metadata": {"labels": {"purpose": "main"}}})) is None

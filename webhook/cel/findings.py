@@ -20,7 +20,9 @@ from webhook.gpu import mig
 from webhook.gpu.resources import ResourceMatcher
 from webhook.policy import severity
 from webhook.policy.settings.base import Mode
-from webhook.policy.settings.mutation import GpuVisibilityRule, NodeAffinityRule, NotebookLifetimeRule, SecurityContextRule
+from webhook.policy.settings.mutation import (
+    GpuVisibilityRule, NodeAffinityRule, NotebookLifetimeRule, PriorityClassRule, SecurityContextRule,
+)
 from webhook.policy.settings.validation import ResourceShapeRule, Severity
 
 _MODE_LETTER = {"enforce": "E", "warn": "W", "audit": "A"}
@@ -364,6 +366,41 @@ def notebook_lifetime(checks: Checks, cfg: NotebookLifetimeRule) -> str:
         f"{cel.quote(f') is longer than the {_hours(limit)} notebooks may hold GPUs; set at most {limit} or leave it out for the default {_hours(cfg.activeDeadlineSeconds)}')}"
     )
     return cel.when(f"has(t.spec.activeDeadlineSeconds) && type({current}) == int && {current} > {limit}", f"[{message}]", "[]")
+
+
+def priority_class(checks: Checks, cfg: PriorityClassRule, own: str) -> str:
+    """``priority_class._judge`` on the class the pod spec keeps: the one it carries once mutated (the
+    compiled mutation sets its own class only where it named none, and the webhook replaces the
+    cluster's globalDefault before this runs). ``own`` is the class the policy gives it, in CEL."""
+    current = "t.spec.priorityClassName"
+    named = f"has({current}) && type({current}) == string && {current} != ''"
+    instead = (f"(o != '' ? {cel.quote('remove priorityClassName and this pod gets ' + chr(39))} + o + {cel.quote(chr(39))}"
+               f" : {cel.quote('remove priorityClassName')})")
+    at = where(field="spec.priorityClassName")
+    reserved = cel.some(*(cel.glob(current, p) for p in cfg.refusedClasses)) if cfg.refusedClasses else "false"
+    exempt = cel.globs("request.namespace", cfg.refusedClassesExemptNamespaces) if cfg.refusedClassesExemptNamespaces else "false"
+    refused = checks.finding(
+        f"{at} + {cel.quote(': PriorityClass ' + chr(39))} + {current} + "
+        f"{cel.quote(chr(39) + ' is for the cluster' + chr(39) + 's own components, not workloads: it would let this pod preempt them and every other GPU pod; ')}"
+        f" + {instead}"
+    )
+    found = "[]"
+    choice = cfg.userChoice
+    if choice is not None:
+        for name, classes in reversed(list(cfg.workload_classes.items())):
+            keys = [choice.namespaceLabelPrefix + w for w in classes if w not in choice.everywhere]
+            if len(keys) < len(classes):
+                continue
+            allowed = cel.some(*(f"{cel.quote(k)} in variables.nsLabels && variables.nsLabels[{cel.quote(k)}] == 'true'" for k in keys))
+            labels = " or ".join(k + "=true" for k in keys)
+            message = checks.finding(
+                f"{at} + {cel.quote(f': PriorityClass {name!r} is for ' + ' or '.join(classes) + ' pods, which namespace ')} + "
+                f"request.namespace + {cel.quote(f' may not choose (the platform team allows it with the namespace label {labels}); ')}"
+                f" + {instead}"
+            )
+            found = cel.when(f"{current} == {cel.quote(name)} && !({allowed})", f"[{message}]", found)
+    judged = cel.when(cel.every(reserved, cel.negate(exempt)), f"[{refused}]", found)
+    return f"[{own}].map(o, {cel.every(named, current + ' != o')} ? {judged} : [])[0]"
 
 
 def _hours(seconds: int) -> str:

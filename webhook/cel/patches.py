@@ -122,14 +122,20 @@ def runtime_class(cfg: RuntimeClassRule) -> str:
 
 # -- priorityClass
 
+def class_choice(cfg: PriorityClassRule) -> str:
+    """The class the policy gives the pod spec ``t`` ('' for none): ``cfg.classes`` of its workload class, or the default."""
+    choice = "''" if cfg.default is None else cel.quote(cfg.default)
+    for workload_class, priority in reversed(list(cfg.classes.items())):
+        choice = cel.when(f"t.class == {cel.quote(workload_class)}", cel.quote(priority), choice)
+    return choice
+
+
 def priority_class(cfg: PriorityClassRule) -> str:
     """``priority_class.run`` for a pod spec naming no class (or any, with override): the class of
     its workload class, and spec.priority and preemptionPolicy dropped for kube-apiserver's
     Priority plugin to fill from it (it runs again after a MutatingAdmissionPolicy's change). A
     class already there is kept: the webhook replaces the cluster's globalDefault class."""
-    choice = "''" if cfg.default is None else cel.quote(cfg.default)
-    for workload_class, priority in reversed(list(cfg.classes.items())):
-        choice = cel.when(f"t.class == {cel.quote(workload_class)}", cel.quote(priority), choice)
+    choice = class_choice(cfg)
     current = _string("t.spec", "priorityClassName")
     ops = f"[{add('t.at + ' + cel.quote('/priorityClassName'), 'n')}]"
     for field in ("priority", "preemptionPolicy"):

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cel import findings, podspecs, scope
+from webhook.cel import findings, patches, podspecs, scope
 from webhook.cel import syntax as cel
 from webhook.cel.findings import Checks
 from webhook.cel.reach import Reach
@@ -55,6 +55,7 @@ CHECKS: dict[str, RuleCheck] = {
     "gpuVisibility": RuleCheck("M", lambda checks, cfg, windows: findings.gpu_visibility(checks, cfg)),
     "notebookLifetime": RuleCheck("M", lambda checks, cfg, windows: findings.notebook_lifetime(checks, cfg)),
     "nodeAffinity": RuleCheck("M", lambda checks, cfg, windows: findings.node_affinity(checks, cfg, checks.is_gpu("n"))),
+    "priorityClass": RuleCheck("M", lambda checks, cfg, windows: findings.priority_class(checks, cfg, patches.class_choice(cfg))),
 }
 
 

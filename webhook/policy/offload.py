@@ -172,11 +172,14 @@ def _runtime_class(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
 
 
 def _priority_class(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
-    return (
-        Part("priorityClassName by workload class (spec.priority left for the Priority plugin)", True),
+    parts = [Part("priorityClassName by workload class (spec.priority left for the Priority plugin)", True)]
+    if cfg.refusedClasses or cfg.userChoice is not None:
+        parts.append(Part("refuse reserved classes, and GPU classes the namespace may not choose", True))
+    parts += [
         Part("replace the cluster's globalDefault class", False, _needs("the PriorityClasses")),
         Part("refuse a PriorityClass the cluster lacks", False, _needs("the PriorityClasses")),
-    ), "rest"
+    ]
+    return tuple(parts), "rest"
 
 
 def _security_context(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:

@@ -10,10 +10,16 @@ PHASES = ("mutate",)
 
 def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     name = cfg.classes.get(ctx.workload_class) or cfg.default
-    if not name:
-        return
     current = ctx.spec.get("priorityClassName")
-    if current == name or (current and not cfg.override and not _cluster_default(ctx, current)):
+    if not name:
+        if current and isinstance(current, str):
+            _judge(ctx, cfg, current, name)
+        return
+    if current == name:
+        return
+    if current and not cfg.override and not _cluster_default(ctx, current):
+        if isinstance(current, str):
+            _judge(ctx, cfg, current, name)
         return
     found = ctx.view.priority_class(name)
     if found is None and _missing(ctx, name):
@@ -34,6 +40,35 @@ def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
         builder.drop(spec, base, "priority")
         builder.drop(spec, base, "preemptionPolicy")
     ctx.changed("priorityClassName")
+
+
+def _judge(ctx: RuleContext, cfg: PriorityClassRule, current: str, own: str | None) -> None:
+    """Refuse a class the pod names and keeps that it may not use: a reserved one (the cluster's
+    system classes), or one of the policy's GPU classes its namespace may not choose. The pod's
+    author sets priorityClassName, so a class above its own would let any tenant preempt other
+    teams' GPU pods."""
+    where = ctx.where(field_path="spec.priorityClassName")
+    instead = f"remove priorityClassName and this pod gets {own!r}" if own else "remove priorityClassName"
+    if cfg.refused(current, ctx.request.namespace):
+        ctx.report(
+            f"{where}: PriorityClass {current!r} is for the cluster's own components, not workloads: it would "
+            f"let this pod preempt them and every other GPU pod; {instead}",
+            "spec.priorityClassName",
+        )
+        return
+    choice = cfg.userChoice
+    classes = cfg.workload_classes.get(current) if choice is not None else None
+    if choice is None or not classes:
+        return
+    labels = ctx.ns_labels
+    if any(w in choice.everywhere or labels.get(choice.namespaceLabelPrefix + w) == "true" for w in classes):
+        return
+    ctx.report(
+        f"{where}: PriorityClass {current!r} is for {' or '.join(classes)} pods, which namespace "
+        f"{ctx.request.namespace} may not choose (the platform team allows it with the namespace label "
+        f"{' or '.join(choice.namespaceLabelPrefix + w + '=true' for w in classes)}); {instead}",
+        "spec.priorityClassName",
+    )
 
 
 def _cluster_default(ctx: RuleContext, name: object) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Any, Literal
 
@@ -130,12 +131,44 @@ class SecurityContextRule(RuleBase):
         return tuple(wanted.items())
 
 
+class ClassChoice(Model):
+    """Which of the policy's classes a pod may name itself: the rest are refused."""
+
+    namespaceLabelPrefix: str = Field(
+        default="workload-classes.gpu-admission.io/", min_length=1,
+        description='a namespace labelled <prefix><workload class>: "true" may name that workload class\'s PriorityClass',
+    )
+    everywhere: list[str] = Field(default=[], description="workload classes whose PriorityClass any namespace may name")
+
+
 class PriorityClassRule(RuleBase):
     """priorityClassName by workload class; spec.priority is dropped so it is recomputed."""
 
     classes: dict[str, str] = Field(default={}, description="workload class → PriorityClass name")
     default: str | None = Field(default=None, description="for pods of no listed class")
     override: bool = Field(default=False, description="replace a class the user set")
+    refusedClasses: list[str] = Field(
+        default=["system-*"], description='PriorityClasses a GPU pod may not name ("prefix*" allowed): the cluster\'s own'
+    )
+    refusedClassesExemptNamespaces: list[str] = Field(default=[], description="namespaces (globs) whose pods may name them")
+    userChoice: ClassChoice | None = Field(
+        default=None,
+        description="refuse a class of `classes` the pod names that is not its own and its namespace may not choose "
+        "(None: keep any)",
+    )
+
+    def refused(self, name: str, namespace: str) -> bool:
+        """Whether a pod in ``namespace`` may not name the class ``name`` at all."""
+        return (any(fnmatchcase(name, p) for p in self.refusedClasses)
+                and not any(fnmatchcase(namespace, p) for p in self.refusedClassesExemptNamespaces))
+
+    @cached_property
+    def workload_classes(self) -> dict[str, list[str]]:
+        """PriorityClass name → the workload classes the policy gives it, in the policy's order."""
+        found: dict[str, list[str]] = {}
+        for workload_class, name in self.classes.items():
+            found.setdefault(name, []).append(workload_class)
+        return found
 
 
 class GpuVisibilityRule(RuleBase):
