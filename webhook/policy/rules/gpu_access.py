@@ -44,8 +44,7 @@ def run(ctx: RuleContext, cfg: GpuAccessRule) -> None:
     for ref in _containers(spec):
         has_gpu = bool(ctx.gpu_names(ref))
         _judge_env(ctx, cfg, ref, has_gpu)
-        if not has_gpu:
-            _judge_env_from(ctx, cfg, ref)
+        _judge_env_from(ctx, cfg, ref, has_gpu)
         if cfg.privileged and pod_has_gpu and _privileged(ref.container):
             ctx.report(
                 f"{ctx.where(ref, 'securityContext.privileged')}: a privileged container sees every GPU of its node, "
@@ -124,7 +123,7 @@ def _judge_env(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef
         ctx.report(f"{ctx.where(ref, field)}: {name}={shown} {why}", f"{ref.list_name}[{ref.index}].{field}")
 
 
-def _judge_env_from(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef) -> None:
+def _judge_env_from(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef, has_gpu: bool) -> None:
     if not cfg.envFromPrefixes:
         return
     sources = ref.container.get("envFrom")
@@ -134,13 +133,16 @@ def _judge_env_from(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.Contain
         prefix = source.get("prefix") if type(source) is dict else None
         if not isinstance(prefix, str) or not prefix:
             continue
-        reached = [name for name in cfg.variables if name.startswith(prefix)]
+        reached = [name for name in cfg.variables
+                   if name.startswith(prefix) and not (has_gpu and name in cfg.allowedWithGpu)]
         if reached:
             field = f"envFrom[{index}].prefix"
+            why = ("override the GPUs the device plugin allocated to it; use another prefix" if has_gpu else
+                   "hand a container without a GPU the node's GPUs; use another prefix, or request nvidia.com/gpu "
+                   "in resources.limits")
             ctx.report(
                 f"{ctx.where(ref, field)}: prefix {prefix!r} makes variables such as {reached[0]} from a ConfigMap or "
-                "Secret, which hand a container without a GPU the node's GPUs; use another prefix, or request "
-                "nvidia.com/gpu in resources.limits",
+                f"Secret, which {why}",
                 f"{ref.list_name}[{ref.index}].{field}",
             )
 

@@ -189,7 +189,8 @@ class GpuAccessRule(RuleBase):
     privileged: bool = Field(default=True, description="refuse privileged containers in pods that request GPUs")
     envFromPrefixes: bool = Field(
         default=True,
-        description="refuse envFrom whose non-empty prefix begins one of the variables, in containers without GPUs",
+        description="refuse envFrom whose non-empty prefix begins one of the variables (in a GPU container: one "
+                    "not in allowedWithGpu)",
     )
 
     @field_validator("hostPaths")
