@@ -127,3 +127,24 @@ def test_vllm_0_10_is_too_new_for_the_example_drivers() -> None:
 def test_without_cluster_state_cuda_fails_open() -> None:
     found = _findings("Azure__AKS__examples__kueue-and-ray-on-aks__3-workloads__gpu-lab__manifests__20-multinode-training.yaml", EMPTY_VIEW)
     assert found and all(f.startswith("cudaDriver:warn: ") and "cluster state unavailable" in f for f in found), found
+
+
+#: issue #42: the corpus objects gpuAccess refuses, and how often (docs/validations.md, "System namespaces and the audit")
+GPU_ACCESS = {
+    # runtimeClassName nvidia and NVIDIA_VISIBLE_DEVICES=all on a GPU-less pod: whole-node GPUs outside the scheduler
+    "Xe__x__kube__alrest__ollama__deployment.yaml": 3,  # + NVIDIA_DRIVER_CAPABILITIES
+    "Xe__x__kube__alrest__faster-whisper__deployment.yaml": 1,
+    # privileged GPU containers (an NCCL test over InfiniBand; a fine-tuning Job): a GPUPolicyException's to allow
+    "kubeflow__mpi-operator__examples__v2beta1__nccl-tests__nccl-tests.yaml": 1,
+    "GoogleCloudPlatform__kubernetes-engine-samples__ai-ml__mix-train-and-inference__workloads__fine-tune-l4-dws.yaml": 1,
+}
+
+
+def test_gpu_access_refuses_the_corpus_pods_that_reach_gpus_without_asking() -> None:
+    found = {path.name: n for path in corpus_files() if path.name not in INVALID
+             if (n := sum(f.startswith("gpuAccess:enforce") for f in _findings(path.name, EMPTY_VIEW)))}
+    assert found == GPU_ACCESS
+    # NVIDIA's own DaemonSets (device plugin, DCGM exporter: privileged, hostPaths of the kubelet and
+    # /run/nvidia) request no GPU and mount no device path: nothing for gpuAccess, wherever they run
+    assert "NVIDIA__k8s-device-plugin__deployments__static__nvidia-device-plugin.yml" not in found
+    assert "NVIDIA__gpu-operator__assets__state-dcgm-exporter__0800_daemonset.yaml" not in found

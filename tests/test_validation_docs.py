@@ -12,7 +12,7 @@ from webhook.policy.settings import validation as vs
 
 DOC = (REPO / "docs" / "validations.md").read_text(encoding="utf-8")
 MODELS = [vs.ClusterRuleBase, vs.ResourceShapeRule, vs.SharingSchemes, vs.QuotaRule, vs.QuotaLimit,
-          vs.CudaDriverRule, vs.ImageCuda, vs.ForwardCompat]
+          vs.CudaDriverRule, vs.ImageCuda, vs.ForwardCompat, vs.GpuAccessRule]
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)

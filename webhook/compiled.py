@@ -57,6 +57,7 @@ MODULES = (
     "webhook.kube.resource_slices",
     "webhook.policy.rules.cuda_driver",
     "webhook.policy.rules.dra_claims",
+    "webhook.policy.rules.gpu_access",
     "webhook.policy.rules.gpu_visibility",
     "webhook.policy.rules.node_affinity",
     "webhook.policy.rules.notebook_lifetime",

@@ -71,10 +71,13 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     api.add(_deployment("ignored", "going"))
     code, out, err = _report(capsys, kubeconfig)
     assert code == 0, err
-    assert out.startswith("2 PolicyReport(s) written (4 objects; ") and "0 emptied; 1 objects no rule applies to" in out, out
+    # the CPU pod too: gpu-access-guard judges every pod (issue #42), and passes it
+    assert out.startswith("2 PolicyReport(s) written (5 objects; ") and "0 emptied; 0 objects no rule applies to" in out, out
     reports = {r["metadata"]["namespace"]: r for r in api.objects("PolicyReport")}
     assert set(reports) == {"team-a", "team-b"}  # not the namespace not opted in, nor the one being deleted
     assert _failing(reports["team-a"]) == {"Deployment/too-new"} and _failing(reports["team-b"]) == {"Pod/half"}
+    assert {r["rule"] for r in reports["team-b"]["results"]
+            if r["resources"][0]["name"] == "web" and r["result"] != "skip"} == {"gpuAccess"}
     a = reports["team-a"]
     assert a["metadata"]["name"] == "gpu-admission"
     assert a["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpu-admission", "gpu-admission.io/report": "cluster"}

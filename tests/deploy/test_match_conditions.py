@@ -170,7 +170,7 @@ def _as_replicaset(deployment_request: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-# Real requests, as sent: (file, sent to both webhooks?)
+# Real requests, as sent: (file, sent to both webhooks? or per webhook)
 CORPUS_CASES = [
     ("000_mutate_create_pods_.json", True),
     ("001_validate_create_pods_.json", True),
@@ -183,7 +183,8 @@ CORPUS_CASES = [
     ("011_mutate_create_pods_dryrun.json", True),
     ("013_mutate_create_statefulsets_.json", True),
     ("014_mutate_create_daemonsets_.json", False),  # dcgm-exporter: its template asks for no GPU
-    ("015_mutate_update_pods_ephemeralcontainers_.json", False),  # subresource
+    # a debug container added to a GPU pod: the validating webhook alone judges it (issue #42)
+    ("015_mutate_update_pods_ephemeralcontainers_.json", {"mutate": False, "validate": True}),
     ("017_validate_create_pytorchjobs_.json", True),
     ("018_validate_create_rayclusters_.json", True),
 ]
@@ -222,6 +223,13 @@ def test_built_in_workloads_are_sent_only_when_their_template_asks_for_a_gpu(hoo
     _template(mig).setdefault("initContainers", []).append(
         {"name": "i", "image": "x", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}})
     assert _sent(hook, mig) is True
+    for reach in ({"runtimeClassName": "nvidia"}, {"volumes": [{"name": "dev", "hostPath": {"path": "/dev"}}]}):
+        reaching = _without_gpus(_pod(name))
+        _template(reaching).update(reach)
+        assert _sent(hook, reaching) is True, reach  # issue #42: it could reach GPUs without asking
+    env = _without_gpus(_pod(name))
+    _template(env)["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert _sent(hook, env) is True
     odd = _pod(name)
     odd["object"]["spec"].pop("jobTemplate", None)
     odd["object"]["spec"].pop("template", None)
@@ -235,7 +243,9 @@ def test_custom_resource_workloads_are_sent_as_they_are(hook: dict[str, Any]) ->
 
 @pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
 @pytest.mark.parametrize("name,expected", CORPUS_CASES, ids=[c[0] for c in CORPUS_CASES])
-def test_real_requests(hook: dict[str, Any], name: str, expected: bool) -> None:
+def test_real_requests(hook: dict[str, Any], name: str, expected: bool | dict[str, bool]) -> None:
+    if isinstance(expected, dict):
+        expected = expected[hook["name"].split(".")[0]]
     assert _sent(hook, _corpus(name)) is expected
 
 
@@ -253,12 +263,46 @@ def test_every_corpus_request_evaluates_without_error() -> None:
 
 @pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
 def test_subresource_requests_are_kept_away_even_if_rules_widen(hook: dict[str, Any]) -> None:
+    """Debug containers go to the validating webhook alone; every other subresource to none."""
     request = _pod("015_mutate_update_pods_ephemeralcontainers_.json")
     assert request["subResource"] == "ephemeralcontainers"
-    assert _conditions(hook, request)["exclude-subresources"] is False
+    validating = hook["name"].startswith("validate.")
+    assert _conditions(hook, request)["exclude-subresources"] is validating
+    assert _rule_matches(hook, request) is validating
     request["subResource"] = "status"
     assert _conditions(hook, request)["exclude-subresources"] is False
+    deployment = _pod("006_mutate_create_deployments_.json")
+    deployment["subResource"] = "ephemeralcontainers"  # no such subresource: the condition names pods'
+    assert _conditions(hook, deployment)["exclude-subresources"] is False
     assert _conditions(hook, _pod())["exclude-subresources"] is True
+
+
+def _debug(request: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """015's request with ``container`` as the debug container, on the pod made a CPU pod."""
+    spec = request["object"]["spec"]
+    spec["ephemeralContainers"] = [{"name": "debug", "image": "busybox:1.36", **container}]
+    for c in [*spec["containers"], *request["oldObject"]["spec"]["containers"]]:
+        c.pop("resources", None)
+    return request
+
+
+# (description, the debug container, sent to the validating webhook?) — never to the mutating one
+DEBUG_CASES = [
+    ("a plain debug container on a CPU pod", {}, False),
+    ("NVIDIA_VISIBLE_DEVICES=all on a CPU pod", {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}, True),
+    ("an NVIDIA_ envFrom prefix on a CPU pod", {"envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "m"}}]}, True),
+    # privileged is refused only in GPU pods, which are sent anyway
+    ("privileged on a CPU pod", {"securityContext": {"privileged": True}}, False),
+]
+
+
+@pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
+@pytest.mark.parametrize("case,container,expected", DEBUG_CASES, ids=[c[0] for c in DEBUG_CASES])
+def test_debug_containers_that_reach_gpus_are_sent_to_the_validating_webhook(
+    hook: dict[str, Any], case: str, container: dict[str, Any], expected: bool
+) -> None:
+    request = _debug(_pod("015_mutate_update_pods_ephemeralcontainers_.json"), container)
+    assert _sent(hook, request) is (expected and hook["name"].startswith("validate."))
 
 
 # (description, how to change the GPU pod of 000, sent?)
@@ -279,13 +323,49 @@ POD_VARIANTS = [
     ("DRA claim, no resources", lambda r: _claims(_set_resources(r, None)), True),
     ("DRA claim, empty list", lambda r: _claims(_set_resources(r, None), []), False),
     ("owned GPU pod", lambda r: _owned(r, "ReplicaSet", True), True),
+    # issue #42: pods that could reach a node's GPUs without requesting one (policies/gpu-access-guard.yaml)
+    ("cpu, runtimeClassName", lambda r: _cpu(r, runtimeClassName="nvidia"), True),
+    ("cpu, empty runtimeClassName", lambda r: _cpu(r, runtimeClassName=""), False),
+    ("cpu, hostPath", lambda r: _cpu(r, volumes=[{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]), True),
+    ("cpu, other volumes", lambda r: _cpu(r, volumes=[{"name": "d", "emptyDir": {}}]), False),
+    ("cpu, NVIDIA_VISIBLE_DEVICES", lambda r: _cpu(r, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), True),
+    ("cpu, NVIDIA_DRIVER_CAPABILITIES in an init container",
+     lambda r: _cpu(r, init_env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}]), True),
+    ("cpu, other env", lambda r: _cpu(r, env=[{"name": "PORT", "value": "80"}]), False),
+    ("cpu, env without a name", lambda r: _cpu(r, env=[{"value": "80"}]), False),
+    ("cpu, envFrom prefix NVIDIA_", lambda r: _cpu(r, envFrom=[{"prefix": "NVIDIA_", "configMapRef": {"name": "m"}}]), True),
+    ("cpu, envFrom prefix NVIDIA_MIG_M", lambda r: _cpu(r, envFrom=[{"prefix": "NVIDIA_MIG_M", "secretRef": {"name": "m"}}]), True),
+    ("cpu, envFrom prefix N", lambda r: _cpu(r, envFrom=[{"prefix": "N", "configMapRef": {"name": "m"}}]), True),
+    ("cpu, envFrom prefix APP_", lambda r: _cpu(r, envFrom=[{"prefix": "APP_", "configMapRef": {"name": "m"}}]), False),
+    ("cpu, envFrom prefix VISIBLE_DEVICES", lambda r: _cpu(r, envFrom=[{"prefix": "VISIBLE_DEVICES", "configMapRef": {"name": "m"}}]), False),
+    ("cpu, envFrom without prefix", lambda r: _cpu(r, envFrom=[{"configMapRef": {"name": "m"}}]), False),
+    # privileged is refused only in GPU pods, which are sent anyway
+    ("cpu, privileged", lambda r: _cpu(r, privileged=True), False),
 ]
+
+
+def _cpu(request: dict[str, Any], env: list[Any] | None = None, init_env: list[Any] | None = None,
+         envFrom: list[Any] | None = None, privileged: bool = False, **spec: Any) -> dict[str, Any]:
+    """000's pod without GPUs, with these pod spec fields and container settings."""
+    _set_resources(request, {"limits": {"cpu": "1"}})
+    pod = request["object"]["spec"]
+    pod.update(spec)
+    for container in pod["containers"]:
+        if env is not None:
+            container["env"] = env
+        if envFrom is not None:
+            container["envFrom"] = envFrom
+        if privileged:
+            container["securityContext"] = {"privileged": True}
+    if init_env is not None:
+        pod["initContainers"] = [{"name": "init", "image": "busybox", "env": init_env}]
+    return request
 
 
 @pytest.mark.parametrize("hook", WEBHOOKS, ids=HOOK_IDS)
 @pytest.mark.parametrize("variant,expected", [(v, e) for v, _, e in POD_VARIANTS],
                          ids=[v for v, _, _ in POD_VARIANTS])
-def test_pods_are_sent_only_when_they_ask_for_a_gpu(hook: dict[str, Any], variant: str,
+def test_pods_are_sent_only_when_they_ask_for_or_reach_a_gpu(hook: dict[str, Any], variant: str,
                                                     expected: bool) -> None:
     change = next(c for v, c, _ in POD_VARIANTS if v == variant)
     request = change(_pod())

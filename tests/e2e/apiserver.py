@@ -49,6 +49,8 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # the compiled policies without any webhook (bench/cel.py)
     "e2e-in-process-token": ("e2e-in-process", ("system:masters",)),
     "e2e-team-editor-token": ("e2e-team-editor", ()),
+    # a tenant with edit and the debugging grant in one namespace (test_gpu_access.py)
+    "e2e-tenant-token": ("e2e-tenant", ()),
 }
 
 

@@ -53,7 +53,7 @@ def test_the_shipped_suite_passes_through_the_command_line() -> None:
     rules = {r["rule"] for r in expected if "rule" in r}
     assert rules == {"tolerations", "nodeAffinity", "runtimeClass", "priorityClass", "securityContext", "shm",
                      "gpuVisibility", "spreadReplicas", "trainingLocality", "notebookLifetime", "resourceShape",
-                     "draClaims", "quota", "cudaDriver"}  # fmt: skip
+                     "draClaims", "quota", "cudaDriver", "gpuAccess"}  # fmt: skip
     assert {r["verdict"] for r in expected if "rule" in r} == {"deny", "audit", "warn", "mutate", "pass", "skip", "none"}
 
 

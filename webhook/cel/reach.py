@@ -56,11 +56,23 @@ def read(folder: Path) -> tuple[Reach, Reach]:
 
 def _reach(hook: dict[str, Any]) -> Reach:
     constraints: dict[str, Any] = {
-        "resourceRules": [copy.deepcopy(r) for r in hook.get("rules") or []
-                          if not set(r.get("apiGroups") or []) & _LEFT_TO_THE_WEBHOOK],
+        "resourceRules": [rule for r in hook.get("rules") or []
+                          if not set(r.get("apiGroups") or []) & _LEFT_TO_THE_WEBHOOK
+                          and (rule := _main_resources(r)) is not None],
         "matchPolicy": hook.get("matchPolicy", "Equivalent"),
     }
     for key in ("namespaceSelector", "objectSelector"):
         if hook.get(key):
             constraints[key] = copy.deepcopy(hook[key])
     return Reach(constraints, copy.deepcopy(hook.get("matchConditions") or []))
+
+
+def _main_resources(rule: dict[str, Any]) -> dict[str, Any] | None:
+    """A webhook rule without its subresources (``pods/ephemeralcontainers``: the engine judges them
+    with a rule left to the webhook, and nothing compiled does), or None when nothing is left."""
+    resources = [r for r in rule.get("resources") or [] if "/" not in r]
+    if not resources:
+        return None
+    kept = copy.deepcopy(rule)
+    kept["resources"] = resources
+    return kept

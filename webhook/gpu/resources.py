@@ -79,13 +79,16 @@ class ResourceMatcher:
         return False
 
 
+_CONTAINER_KINDS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
+
+
 class ContainerRef:
     """One container of a pod spec: which list, where, and the container itself."""
 
     __slots__ = ("list_name", "index", "container")
 
     def __init__(self, list_name: str, index: int, container: Mapping[str, Any]) -> None:
-        self.list_name = list_name  # "containers" or "initContainers"
+        self.list_name = list_name  # "containers", "initContainers" (or "ephemeralContainers": rules/gpu_access)
         self.index = index
         self.container = container
 
@@ -101,7 +104,7 @@ class ContainerRef:
         return self.list_name == "initContainers"
 
     def label(self) -> str:
-        kind = "init container" if self.is_init else "container"
+        kind = _CONTAINER_KINDS.get(self.list_name, "container")
         return f'{kind} "{self.name}"'
 
 

@@ -28,6 +28,7 @@ from webhook.policy.request import Phase, Request
 from webhook.policy.rules import (
     cuda_driver,
     dra_claims,
+    gpu_access,
     gpu_visibility,
     node_affinity,
     notebook_lifetime,
@@ -57,11 +58,14 @@ class _Rule:
     run: Callable[[RuleContext, Any], None]
     #: the parts compiled policies leave to the webhook (webhook.policy.offload), where some are compiled
     rest: Callable[[RuleContext, Any], None] | None = None
+    #: the pod subresources it judges too (validation only); no other rule runs on a subresource
+    subresources: tuple[str, ...] = ()
 
 
 def _rule(name: str, module: ModuleType) -> _Rule:
-    """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``), under its settings name."""
-    return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None))
+    """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``, ``SUBRESOURCES``),
+    under its settings name."""
+    return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None), getattr(module, "SUBRESOURCES", ()))
 
 
 #: Every rule family, in the order they run within a policy.
@@ -76,8 +80,10 @@ RULES: tuple[_Rule, ...] = (
     _rule("spreadReplicas", spread_replicas),
     _rule("trainingLocality", training_locality),
     _rule("notebookLifetime", notebook_lifetime),
-    # validations (issue #5); cudaDriver last: its steering sees the pod as
+    # validations (issue #5); gpuAccess first: it also judges pods/ephemeralcontainers (issue #42);
+    # cudaDriver last: its steering sees the pod as
     # the other mutations left it
+    _rule("gpuAccess", gpu_access),
     _rule("resourceShape", resource_shape),
     _rule("draClaims", dra_claims),
     _rule("quota", quota),
@@ -92,9 +98,12 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     than into copies (the decision is the same; ``Decision.patched`` is then that object)."""
     # each field read once: Request is an interpreted dataclass, whose fields cost a generic lookup each
     obj, operation, kind, group = request.object, request.operation, request.kind, request.group
-    if operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict) or request.sub_resource:
+    if operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
         return ALLOW
-    if kind == "Pod" and operation == "UPDATE" and (
+    sub_resource = request.sub_resource
+    if sub_resource and not (phase == "validate" and kind == "Pod" and group == "" and sub_resource in _JUDGED_SUBRESOURCES):
+        return ALLOW
+    if kind == "Pod" and operation == "UPDATE" and not sub_resource and (
             phase != "validate" or not _images_changed(obj, request.old_object)):
         # a pod's spec is immutable but for its images (and a few scheduling fields): nothing to patch,
         # and nothing newly wrong unless an image changed (kubectl set image), which validation judges,
@@ -117,6 +126,10 @@ def evaluate(policies: PolicySet, request: Request, view: ClusterView, phase: Ph
     if phase == "validate" and operation == "UPDATE" and not decision.allowed:
         return _forgive_preexisting(policies, request, view, decision)
     return decision
+
+
+#: pod subresources some rule judges (kube-apiserver sends the whole pod, as it would be stored)
+_JUDGED_SUBRESOURCES = frozenset(sub for rule in RULES for sub in rule.subresources)
 
 
 def _images_changed(obj: dict[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -185,14 +198,16 @@ class _PolicyPlan:
         return (not self.classes or workload_class in self.classes) and workload_class not in self.excluded_classes
 
 
-def _plans(policies: PolicySet, group: str, kind: str, phase: Phase) -> tuple[_PolicyPlan, ...]:
-    """The policies that can apply to ``kind`` in ``phase``, with their rules (worked out once)."""
-    key = ("plans", group, kind, phase)
+def _plans(policies: PolicySet, group: str, kind: str, phase: Phase, sub_resource: str = "") -> tuple[_PolicyPlan, ...]:
+    """The policies that can apply to ``kind`` (or its ``sub_resource``) in ``phase``, with their rules
+    (worked out once)."""
+    key = ("plans", group, kind, phase, sub_resource)
     plans = policies.memo.get(key)
     if plans is None:
         built = []
         for policy in policies.active_policies:
-            rules = [(rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)]
+            rules = [(rule, cfg) for rule in RULES if _runs(cfg := getattr(policy.spec.rules, rule.name), rule, phase)
+                     and (not sub_resource or sub_resource in rule.subresources)]
             if not rules or not match.kind_matches(policy.spec.match.kinds, group, kind):
                 continue
             spec = policy.spec
@@ -290,7 +305,7 @@ def _evaluate(
     if claims is None:  # (after the return above: a pod without GPUs does not pay for it)
         claims = [None] * len(targets)
     group, kind, namespace = request.group, request.kind, request.namespace  # (read once each)
-    plans = _plans(policies, group, kind, phase)
+    plans = _plans(policies, group, kind, phase, request.sub_resource)
     lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
     if lifted:
         plans = _lifted_plans(policies, plans, lifted)

@@ -234,6 +234,9 @@ _PARTS: dict[str, _Parts] = {
     "resourceShape": _resource_shape,
     "draClaims": _left("DRA claims and the claims pods name", _needs("ResourceClaims, DeviceClasses and ResourceSlices")),
     "quota": _left("GPU quotas and native ResourceQuotas", _needs("the GPU usage and the quotas")),
+    "gpuAccess": _left("GPU access without a GPU request: NVIDIA variables, GPU runtime class, device hostPaths, "
+                       "privileged GPU pods", "it also judges pods/ephemeralcontainers, a subresource only the "
+                       "validating webhook is sent"),
     "cudaDriver": _left("image CUDA against node drivers, steering", "needs the node drivers, and image configs"),
 }
 

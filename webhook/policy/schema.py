@@ -113,6 +113,7 @@ class Rules(Model):
     resourceShape: validation_settings.ResourceShapeRule | None = None
     quota: validation_settings.QuotaRule | None = None
     cudaDriver: validation_settings.CudaDriverRule | None = None
+    gpuAccess: validation_settings.GpuAccessRule | None = None
     nodeAffinity: mutation_settings.NodeAffinityRule | None = None
     runtimeClass: mutation_settings.RuntimeClassRule | None = None
     priorityClass: mutation_settings.PriorityClassRule | None = None

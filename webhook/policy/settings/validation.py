@@ -164,3 +164,39 @@ class CudaDriverRule(ClusterRuleBase):
             if CudaVersion.parse(cuda) is None or DriverVersion.parse(driver) is None:
                 raise ValueError(f"minDrivers: {cuda!r}: {driver!r} must map a CUDA version to a driver version")
         return self
+
+
+class GpuAccessRule(RuleBase):
+    """Refuse the ways a pod reaches a node's GPUs besides requesting them (docs/validations.md)."""
+
+    variables: list[str] = Field(
+        default=["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_CONFIG_DEVICES",
+                 "NVIDIA_MIG_MONITOR_DEVICES"],
+        description="environment variables the NVIDIA container toolkit reads: refused in containers without GPUs "
+                    "unless void, none or empty",
+    )
+    allowedWithGpu: list[str] = Field(
+        default=["NVIDIA_DRIVER_CAPABILITIES"],
+        description="of those, the ones a container that requested a GPU may set (to any value)",
+    )
+    runtimeClasses: list[str] = Field(
+        default=["nvidia"], description="runtime classes refused on pods that request no GPU"
+    )
+    hostPaths: list[str] = Field(
+        default=["/", "/dev", "/dev/nvidia*", "/dev/dri*"],
+        description="hostPath volume paths refused (shell globs, after removing ./, // and a trailing /)",
+    )
+    privileged: bool = Field(default=True, description="refuse privileged containers in pods that request GPUs")
+    envFromPrefixes: bool = Field(
+        default=True,
+        description="refuse envFrom whose non-empty prefix begins one of the variables (in a GPU container: one "
+                    "not in allowedWithGpu)",
+    )
+
+    @field_validator("hostPaths")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return paths
