@@ -199,8 +199,9 @@ def test_policyreport_reports_class_scoped_policies_only_where_the_server_runs_t
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """inference-spread runs on inference pods, training-locality on training pods: each shows on its own."""
-    training = GPU_POD.replace("{name: trainer,", "{name: trainer, labels: {gpu-admission.io/workload-class: training},")
-    inference = GPU_POD.replace("{name: trainer,", "{name: server, labels: {gpu-admission.io/workload-class: inference},")
+    # classified as the shipped classes do whatever the namespace: a PyTorchJob's worker, a KServe predictor
+    training = GPU_POD.replace("{name: trainer,", "{name: trainer, labels: {training.kubeflow.org/job-name: bert},")
+    inference = GPU_POD.replace("{name: trainer,", "{name: server, labels: {serving.kserve.io/inferenceservice: llm},")
     assert training != GPU_POD and inference != GPU_POD
     path = write(tmp_path / "pods.yaml", training + "---\n" + inference)
     _, out, _ = audit(capsys, "--cluster-state", str(CLUSTER), "-o", "policyreport", str(path))
