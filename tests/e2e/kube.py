@@ -105,10 +105,13 @@ class Kube:
         return self._call(lambda: resource.server_side_apply(body=obj, name=meta["name"], field_manager=manager,
                                                              force_conflicts=True, **kwargs, **query))
 
-    def delete(self, obj: Object, missing_ok: bool = True) -> None:
+    def delete(self, obj: Object, missing_ok: bool = True, grace: int | None = None) -> None:
+        """Delete ``obj``; ``grace``: its grace period in seconds (the object's default when None)."""
         resource = self._resource(obj)
         meta = obj["metadata"]
-        kwargs = {"namespace": meta["namespace"]} if resource.namespaced else {}
+        kwargs: dict[str, Any] = {"namespace": meta["namespace"]} if resource.namespaced else {}
+        if grace is not None:
+            kwargs["body"] = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace}
         try:
             resource.delete(name=meta["name"], **kwargs)
         except (ApiException, DynamicApiException) as exc:

@@ -191,6 +191,33 @@ def test_pods_that_finish_or_go_give_their_gpus_back_at_once(admin: Kube, burst:
         admin.create(pod("q2", namespace, gpu_container()))
 
 
+def test_terminating_pods_hold_their_gpus_until_they_are_gone(admin: Kube, burst: Burst) -> None:
+    """A pod deleted with a grace period keeps running, and its GPUs, until it exits (a training job
+    checkpointing on SIGTERM): its charge stays, as ResourceQuota counts it (issue #41)."""
+    (namespace,) = burst()  # a namespace cap of 5
+    # bound (nodeName): kube-apiserver deletes unbound pods at once, whatever the grace
+    held = [admin.create(pod(f"p{i}", namespace, gpu_container(), nodeName="gpu-node-1")) for i in range(4)]
+    marker = admin.create(pod("marker", namespace, gpu_container(), nodeName="gpu-node-1"))
+    for made in held:
+        admin.delete(made, grace=3600)
+    assert all(admin.get("v1", "Pod", p["metadata"]["name"], namespace)["metadata"].get("deletionTimestamp") for p in held)
+    admin.delete(marker, grace=0)  # gone at once: once its charge is released, the watch has seen the rest
+    terminating = {p["metadata"]["uid"] for p in held}
+    eventually(_released(admin, namespace, terminating), timeout=RELEASED_WITHIN,
+               what="the marker's charge released, the terminating pods' kept")
+    admin.create(pod("new-0", namespace, gpu_container()))
+    with pytest.raises(Refused) as refused:
+        admin.create(pod("new-1", namespace, gpu_container()))
+    assert f"namespace {namespace} uses 5 of 5" in refused.value.message
+    # control: gone (grace 0), they free their GPUs at once
+    for made in held:
+        admin.delete(made, grace=0)
+    eventually(lambda: len(charged(admin, namespace)) == 1, timeout=RELEASED_WITHIN,
+               what="the terminating pods' charges released")
+    for i in range(1, 5):
+        admin.create(pod(f"new-{i}", namespace, gpu_container()))
+
+
 def test_pods_admitted_while_no_cap_applied_are_charged_when_one_does(admin: Kube, burst: Burst) -> None:
     (namespace,) = burst()
     made = [admin.create(pod(f"p{i}", namespace, gpu_container())) for i in range(2)]
