@@ -111,7 +111,8 @@ def _review(path: tuple[str | int, ...], deep: str) -> bytes:
     sent = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))
     obj = sent["request"]["object"]
     obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
-    obj["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]
+    # a value the GPU-access rule reads (and, as "void", admits on a GPU container): a deep one is judged there
+    obj["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     return json.dumps(_with(sent, ("request", "object", *path), "@deep@")).replace('"@deep@"', deep).encode()
 
 

@@ -24,6 +24,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from webhook.gpu import resources
+from webhook.kube.value_text import shown
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import GpuAccessRule
 
@@ -86,7 +87,7 @@ def _judge_host_paths(ctx: RuleContext, cfg: GpuAccessRule, spec: Mapping[str, A
         if any(fnmatchcase(normal, pattern) for pattern in cfg.hostPaths):
             name = volume.get("name")
             ctx.report(
-                f"{ctx.where(field_path=f'volumes[{index}].hostPath')}: volume {name!r} mounts {path!r} from the node, "
+                f"{ctx.where(field_path=f'volumes[{index}].hostPath')}: volume {shown(name)} mounts {path!r} from the node, "
                 "which reaches its GPU devices outside GPU scheduling and quotas; request nvidia.com/gpu in "
                 "resources.limits instead of mounting device files",
                 f"volumes[{index}].hostPath.path",
@@ -112,7 +113,7 @@ def _judge_env(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef
         value = entry.get("value")
         if "valueFrom" not in entry and (value is None or value in HIDDEN):
             continue
-        shown = "a value from valueFrom" if "valueFrom" in entry else repr(value)
+        written = "a value from valueFrom" if "valueFrom" in entry else shown(value)
         field = f"env[{index}]"
         if has_gpu:
             why = ("overrides the GPUs the device plugin allocated to it (all: every GPU of the node); "
@@ -120,7 +121,7 @@ def _judge_env(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef
         else:
             why = ("hands it the node's GPUs without requesting one, outside GPU scheduling and quotas; remove it, or "
                    "request nvidia.com/gpu in resources.limits (set it to void to hide GPUs an image exposes)")
-        ctx.report(f"{ctx.where(ref, field)}: {name}={shown} {why}", f"{ref.list_name}[{ref.index}].{field}")
+        ctx.report(f"{ctx.where(ref, field)}: {name}={written} {why}", f"{ref.list_name}[{ref.index}].{field}")
 
 
 def _judge_env_from(ctx: RuleContext, cfg: GpuAccessRule, ref: resources.ContainerRef, has_gpu: bool) -> None:
