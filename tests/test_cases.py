@@ -59,6 +59,8 @@ def evaluate_case(suite: dict[str, Any], case: dict[str, Any]) -> Evaluated:
     request = Request.for_object(case["object"], operation=case.get("operation", "CREATE"), namespace=case.get("namespace"))
     if "oldObject" in case:
         request = replace(request, old_object=case["oldObject"])
+    if "user" in case:  # userInfo.username: who sends it (the resourceclaim controller's claims)
+        request = replace(request, user=case["user"])
     if "subResource" in case:  # pods/ephemeralcontainers: the whole pod, as kube-apiserver sends it
         request = replace(request, sub_resource=case["subResource"])
     return Evaluated(policies, view, request, phase, engine.evaluate(policies, request, view, phase))

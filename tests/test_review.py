@@ -6,6 +6,7 @@ import base64
 import json
 import re
 from dataclasses import FrozenInstanceError, replace
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,19 @@ def test_the_audit_annotation_is_bounded_like_the_warnings() -> None:
 def test_no_audit_annotation_without_audit_findings(findings: tuple[Finding, ...]) -> None:
     decision = Decision(allowed=not any(f.mode == "enforce" for f in findings), findings=findings)
     assert "auditAnnotations" not in review.build_response(_review(), decision, mutating=False)["response"]
+
+
+def test_the_requests_user_is_read_from_user_info() -> None:
+    """userInfo.username, which the API server authenticates, tells the resourceclaim controller's claims
+    (docs/quota.md, "DRA claims"); absent or not a string, it is ""."""
+    def user(info: Any) -> str:
+        return review.parse_review(json.dumps({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+                        "operation": "CREATE", "namespace": "ml", "object": {"kind": "ResourceClaim"},
+                        **({} if info is None else {"userInfo": info})},
+        })).request.user
+
+    assert user({"username": "system:kube-controller-manager", "groups": ["system:authenticated"]}) == \
+        "system:kube-controller-manager"
+    assert user(None) == "" and user({"username": 7}) == "" and user("x") == ""

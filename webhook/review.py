@@ -114,8 +114,15 @@ def _request(req: Mapping[str, Any]) -> Request:
     return new_request(
         operation, value_text.text(kind.get("group") or ""), value_text.text(kind.get("version") or ""), kind["kind"],
         req.get("namespace") or "", req.get("name") or "", obj if isinstance(obj, dict) else None,
-        old if isinstance(old, dict) else None, req.get("subResource") or "", bool(req.get("dryRun")),
+        old if isinstance(old, dict) else None, req.get("subResource") or "", bool(req.get("dryRun")), _username(req),
     )
+
+
+def _username(req: Mapping[str, Any]) -> str:
+    """``userInfo.username``, "" when absent or not a string."""
+    info = req.get("userInfo")
+    name = info.get("username") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def build_response(review: Review, decision: Decision, *, mutating: bool) -> ReviewJSON:

@@ -138,7 +138,11 @@ CLAIM_CASES = [
     ("ResourceClaimTemplate", "v1", None, True),
     ("ResourceClaimTemplate", "v1beta1", None, True),  # every served version
     ("ResourceClaim", "v1beta2", None, True),
-    ("ResourceClaim", "v1", "Pod", False),  # generated from a template the webhook saw
+    # generated from a template, or an owner forged by the tenant (issue #42 row 8): the webhook
+    # cannot tell them apart by ownerReferences, so every claim is sent and checked
+    ("ResourceClaim", "v1", "Pod", True),
+    ("ResourceClaim", "v1", "ConfigMap", True),
+    ("ResourceClaimTemplate", "v1", "ConfigMap", True),
 ]
 
 

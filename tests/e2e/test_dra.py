@@ -19,7 +19,8 @@ import pytest
 
 from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
-from tests.e2e.fixtures import QUOTA_LABEL, register_node, wait_for_view
+from tests.e2e.conftest import ALLOW_CLASSES, OPT_IN
+from tests.e2e.fixtures import QUOTA_LABEL, RESERVE_LABEL, register_node, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -167,3 +168,53 @@ def _admitted(admin: Kube, pod: Object) -> bool:
     except Refused:
         return False
     return True
+
+
+def _claim(name: str, namespace: str, count: int) -> Object:
+    return {"apiVersion": V1, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}]}}}
+
+
+def _ahead(name: str, namespace: str, template_name: str) -> Object:
+    """A DRA pod created before its template, its GPU toleration written by hand (issue #42 row 2)."""
+    obj = dra_pod(name, namespace, template_name)
+    obj["spec"]["tolerations"] = [GPU_TOLERATION]
+    return obj
+
+
+@pytest.mark.parametrize("namespace", [{QUOTA_LABEL: "on"}], indirect=True)  # e2e-quota: 2 GPUs a namespace
+def test_pods_ahead_of_their_template_and_a_late_template_cannot_pass_the_cap(
+    admin: Kube, admission: Admission, namespace: str, device_class: Object
+) -> None:
+    """Pods naming a template that does not exist yet, then an 8-GPU template (and claim): refused, so
+    nothing can be allocated past the cap of 2. A namespace under a larger cap (64) takes the same
+    template and pods."""
+    _store_template(admin, admission, template("one-gpu", namespace))  # the view knows the namespace's templates
+    for name in ("ahead-1", "ahead-2"):
+        with pytest.raises(Refused) as refused:
+            admin.create(_ahead(name, namespace, "eight-gpus"))
+        assert DENIED in refused.value.message
+        assert f"ResourceClaimTemplate {namespace}/eight-gpus does not exist" in refused.value.message, \
+            refused.value.message
+    for late in (template("eight-gpus", namespace, count=8), _claim("eight-gpus", namespace, 8)):
+        with pytest.raises(Refused) as refused:
+            admin.create(late)
+        assert "asks for 8 nvidia.com/gpu devices, more than the GPU cap of 2" in refused.value.message, \
+            refused.value.message
+    assert admin.list("v1", "Pod", namespace) == []
+    assert admin.list(V1, "ResourceClaim", namespace) == []
+    assert [t["metadata"]["name"] for t in admin.list(V1, "ResourceClaimTemplate", namespace)] == ["one-gpu"]
+
+    # the control: under 64 GPUs the template comes first and both pods are admitted
+    roomy = f"e2e-{uuid.uuid4().hex[:8]}"
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": roomy, "labels": {
+        OPT_IN: "true", **ALLOW_CLASSES, RESERVE_LABEL: "on"}}})
+    try:
+        _store_template(admin, admission, template("eight-gpus", roomy, count=8))
+        eventually(lambda: _admitted(admin, _ahead("first", roomy, "eight-gpus")), what="the template in the view")
+        for name in ("first", "second"):
+            admin.create(_ahead(name, roomy, "eight-gpus"))
+        assert sorted(p["metadata"]["name"] for p in admin.list("v1", "Pod", roomy)) == ["first", "second"]
+    finally:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": roomy}})

@@ -26,9 +26,13 @@ class Request:
     old_object: Mapping[str, Any] | None = None
     sub_resource: str = ""
     dry_run: bool = False
+    #: who sends it (``userInfo.username``): the API server authenticated it, so a tenant cannot forge it
+    #: as it can an ownerReference (the resourceclaim controller's claims: docs/dra.md)
+    user: str = ""
 
     @classmethod
-    def for_object(cls, obj: Mapping[str, Any], *, operation: str = "CREATE", namespace: str | None = None) -> Request:
+    def for_object(cls, obj: Mapping[str, Any], *, operation: str = "CREATE", namespace: str | None = None,
+                   user: str = "") -> Request:
         """A CREATE request for a manifest (the audit CLI and tests)."""
         api_version = text(obj.get("apiVersion", "v1"))
         group, _, version = api_version.rpartition("/")
@@ -41,6 +45,7 @@ class Request:
             namespace=namespace or text(meta.get("namespace") or "default"),
             name=text(meta.get("name") or ""),
             object=obj,
+            user=user,
         )
 
     @property
@@ -62,6 +67,7 @@ class Request:
 def new_request(
     operation: str, group: str, version: str, kind: str, namespace: str, name: str,
     obj: Mapping[str, Any] | None, old_object: Mapping[str, Any] | None, sub_resource: str, dry_run: bool,
+    user: str = "",
 ) -> Request:
     """``Request(...)`` for the server, which builds one per admission: a frozen dataclass's own
     ``__init__`` pays an ``object.__setattr__`` call per field (~1 µs in all); this fills the
@@ -69,6 +75,6 @@ def new_request(
     request = _new(Request)
     request.__dict__.update(
         operation=operation, group=group, version=version, kind=kind, namespace=namespace, name=name,
-        object=obj, old_object=old_object, sub_resource=sub_resource, dry_run=dry_run,
+        object=obj, old_object=old_object, sub_resource=sub_resource, dry_run=dry_run, user=user,
     )
     return request

@@ -16,13 +16,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fnmatch import fnmatchcase
 
 from webhook.gpu import mig
 from webhook.gpu.device_classes import DeviceClassInfo
-from webhook.kube import dra
+from webhook.kube import dra, termination
 from webhook.kube.patch import pointer
-from webhook.policy import match, severity
+from webhook.policy import caps, match, severity
 from webhook.policy.context import RuleContext
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.loader import PolicySet
@@ -111,6 +112,8 @@ def judge(
         claim = _Claim(policy.metadata.name, cfg, request.subject)
         _check(claim, requests, ClusterClasses(policies.device_classes, view), request.namespace, ns_labels)
         findings.extend(claim.findings)
+    if request.operation == "CREATE" and not made_for_pod(request):
+        findings.extend(_check_caps(policies, request, view, ns_labels, lifted, requests))
     allowed = not any(f.mode == "enforce" for f in findings)
     warnings = tuple(f.text() for f in findings if f.mode == "warn")
     exceptions = match.lifting(
@@ -185,3 +188,103 @@ def _cap(caps: Mapping[str, int], resource: str) -> int | None:
         return caps[resource]
     prefixes = sorted((p for p in caps if p.endswith("*") and resource.startswith(p[:-1])), key=len, reverse=True)
     return caps[prefixes[0]] if prefixes else None
+
+
+#: who the resourceclaim controller acts as: kube-controller-manager with ``--use-service-account-credentials``
+#: (its own service account) and without. The API server authenticates the user; a tenant cannot claim it.
+CLAIM_CONTROLLER_USERS = frozenset({"system:serviceaccount:kube-system:resource-claim-controller",
+                                    "system:kube-controller-manager"})
+#: the quota rule's name in findings
+QUOTA_RULE = "quota"
+
+
+def made_for_pod(request: Request) -> bool:
+    """A ResourceClaim the resourceclaim controller makes from a pod's template: sent by the controller
+    (``userInfo``, which only the API server writes) and owned by a Pod. Its pod was charged for the
+    template's devices when it was admitted. An ownerReference alone proves nothing: whoever creates a
+    claim writes it (issue #42)."""
+    if request.kind != "ResourceClaim" or request.user not in CLAIM_CONTROLLER_USERS:
+        return False
+    meta = (request.object or {}).get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    return any(isinstance(r, Mapping) and r.get("controller") is True and r.get("kind") == "Pod"
+               and r.get("apiVersion") == "v1" for r in refs or ())
+
+
+def _check_caps(policies: PolicySet, request: Request, view: ClusterView, ns_labels: Mapping[str, str],
+                lifted: match.Lifted, requests: list[dra.ClaimRequest]) -> list[Finding]:
+    """A new claim or template under the GPU caps of its namespace (quota rules), as ResourceQuota
+    judges a claim when it is created (docs/quota.md, "DRA claims"):
+
+    - its devices alone exceed a cap: no pod could ever use it;
+    - live pods already name it (they were admitted while it did not exist, or before it was deleted
+      and made again): their charges do not hold its devices, and the scheduler would allocate them.
+    """
+    namespace, obj = request.namespace, request.object or {}
+    classes = ClusterClasses(policies.device_classes, view)
+    counts = claim_gpus.request_counts(requests, view, classes)
+    totals: dict[str, Decimal] = {}
+    for per_request in counts.values():
+        for resource, n in per_request.items():
+            totals[resource] = totals.get(resource, Decimal(0)) + n
+    if not totals:
+        return []
+    models_of = claim_gpus.request_models(obj, counts, view, classes)
+    models = frozenset(m for m in models_of if m) if None not in models_of else None
+    naming: list[str] | None = None
+    findings: list[Finding] = []
+    for policy in policies.active_policies:
+        cfg = policy.spec.rules.quota
+        if cfg is None or cfg.mode == "off" or not cfg.limits:
+            continue
+        if not (match.policy_applies(policy, request.group, request.kind, namespace, ns_labels)
+                or match.policy_applies(policy, "", "Pod", namespace, ns_labels)):
+            continue
+        if policy.metadata.name in lifted:
+            rules = lifted[policy.metadata.name]
+            if rules is None or QUOTA_RULE in rules:
+                continue
+        for cap in cfg.limits:
+            group = caps.covers(cap, "", models, namespace, ns_labels)
+            ask = caps.amount(caps.counted(cap), totals.items())
+            if group is None or not ask:
+                continue
+            who = f"{caps.subject(cap.scope, group, cap.teamLabel)}{caps.qualifier(cap.model, cap.priorityClasses)}"
+            if ask > cap.max:
+                findings.append(Finding(policy.metadata.name, QUOTA_RULE, cfg.mode,
+                                        f"{request.subject} asks for {caps.number(ask)} {cap.resource} devices, more "
+                                        f"than the GPU cap of {cap.max} for {who}: no pod could use it; ask for at "
+                                        f"most {cap.max}", "/spec"))
+                continue
+            if naming is None:
+                naming = _named_by(view, request)
+            if naming:
+                findings.append(Finding(policy.metadata.name, QUOTA_RULE, cfg.mode,
+                                        f"{request.subject}: pods {', '.join(naming)} already name it, and were "
+                                        f"admitted without its devices counted under the GPU cap of {cap.max} "
+                                        f"for {who}; delete those pods, create the {request.kind}, then the pods "
+                                        "again", "/metadata/name"))
+    return findings
+
+
+def _named_by(view: ClusterView, request: Request) -> list[str]:
+    """Live pods of the view naming this claim (or template, without a claim made from it yet), a few."""
+    name, namespace = request.display_name, request.namespace
+    if not view.availability("pods").known:
+        return []
+    found: list[str] = []
+    for pod in view.claim_pods():
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        if meta.get("namespace") != namespace or not termination.holds(pod):
+            continue
+        spec = pod.get("spec")
+        made = dra.generated_claims(pod)
+        for claim in dra.pod_claims(spec if isinstance(spec, Mapping) else {}):
+            if (request.kind == "ResourceClaim" and claim.claim == name) or (
+                    request.kind == "ResourceClaimTemplate" and claim.template == name and claim.name not in made):
+                found.append(str(meta.get("name") or ""))
+                break
+        if len(found) > 3:
+            break
+    return found

@@ -46,6 +46,8 @@ class _Pod:
 
 
 def run(ctx: RuleContext, cfg: QuotaRule) -> None:
+    if ctx.claims is not None and (ctx.claims.unresolved or ctx.claims.unknown) and ctx.target.is_pod:
+        _unknown_claims(ctx, cfg, ctx.claims)
     asks = ctx.pod_gpus()  # extended resources and DRA claims' devices
     if not any(asks.values()):
         return
@@ -64,6 +66,30 @@ def run(ctx: RuleContext, cfg: QuotaRule) -> None:
             _charge(ctx, cfg, caps, me)
     if cfg.resourceQuotas:
         _check_resource_quotas(ctx, cfg, asks)
+
+
+def _unknown_claims(ctx: RuleContext, cfg: QuotaRule, claims: claim_gpus.PodClaims) -> None:
+    """A pod naming claims or templates the view does not have, where a GPU cap covers the namespace.
+
+    Their devices are unknown, so the pod cannot be charged for them; and a claim or template
+    made later would be allocated for it uncounted (issue #42). Refused, not charged 0: kube-apiserver's
+    own ResourceQuota charges a claim when it is created, so there too the claim must come first. The
+    cap is judged on its namespace or team alone (whatever model or resource it counts: those
+    depend on the devices the claim would ask for).
+    """
+    priority = text(ctx.spec.get("priorityClassName") or "")
+    if not any(cap_rules.covers(c, priority, cap_rules.MANY, ctx.request.namespace, ctx.ns_labels) is not None
+               for c in cfg.limits):
+        return
+    for reason in claims.unknown:
+        severity.unavailable(ctx, cfg, reason, "GPU quota of DRA claims")
+    for missing in claims.unresolved:
+        ctx.report(f"{ctx.where()}: claim {missing.claim.name!r}: {missing.reason}, and GPU caps apply in "
+                   f"namespace {ctx.request.namespace}: a pod is charged for the devices of its claims when "
+                   "it is created, so they must exist first. Create the "
+                   f"{'ResourceClaimTemplate' if missing.claim.template else 'ResourceClaim'} first, then the pod "
+                   "(if you just did, try again in a few seconds)",
+                   pointer(ctx.spec_path("resourceClaims", missing.claim.index)))
 
 
 def _covers(cap: QuotaLimit, pod: _Pod, ns_labels: Mapping[str, str]) -> str | None:
