@@ -16,13 +16,13 @@ ahead of it on every payload.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import ssl
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GPU = "nvidia.com/gpu"
 TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
@@ -117,30 +117,15 @@ def _shm_size(spec: dict[str, Any]) -> str:
 
 
 def serve(port: int, cert: str, key: str, event_loop: str) -> None:
-    """POST /mutate answered by :func:`admit`, GET /readyz, over TLS (a child process of the benchmark)."""
+    """POST /mutate answered by :func:`admit`, over TLS (a child process of the benchmark)."""
     from aiohttp import web
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from webhook.server import loop
+    from bench.floor_app import serve as serve_app
 
     async def review(request: web.Request) -> web.Response:
         return web.Response(body=json.dumps(admit(await request.read())).encode(), content_type="application/json")
 
-    async def ready(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/mutate", review)
-        app.router.add_get("/readyz", ready)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
-        await asyncio.Event().wait()  # until the benchmark terminates it
-
-    loop.run(main(), loop.factory(event_loop))
+    serve_app(port, cert, key, event_loop, review)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ Needs h2load (Debian: nghttp2-client; `make bench-server` installs it).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 import json
 import shutil
@@ -102,7 +101,7 @@ def null_webhook(port: int, cert: str, key: str, event_loop: str, parser: str = 
     import orjson
     from aiohttp import web
 
-    from webhook.server import loop
+    from bench.floor_app import serve
 
     async def review(request: web.Request) -> web.Response:
         return web.json_response(null_answer(await request.read()))
@@ -112,21 +111,7 @@ def null_webhook(port: int, cert: str, key: str, event_loop: str, parser: str = 
         answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": uid, "allowed": True}}
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
-    async def ready(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/mutate", review_orjson if parser == "orjson" else review)
-        app.router.add_get("/readyz", ready)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
-        await asyncio.Event().wait()  # until the benchmark terminates it
-
-    loop.run(main(), loop.factory(event_loop))
+    serve(port, cert, key, event_loop, review_orjson if parser == "orjson" else review)
 
 
 def payloads() -> dict[str, dict[str, Any]]:
