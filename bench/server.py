@@ -127,8 +127,15 @@ def payloads() -> dict[str, dict[str, Any]]:
                                 "blockOwnerDeletion": True, "uid": "5f1c6f0e-6a8d-4d0e-9b51-2f6f3b0b7c11"}]
     wide = copy.deepcopy(training)
     first = wide["request"]["object"]["spec"]["containers"][0]
+    # 20 containers as real ones come (~66 KB in all): what no rule reads (env, ports, probes)
+    # beside their resources
     wide["request"]["object"]["spec"]["containers"] = [
-        {**copy.deepcopy(first), "name": f"worker-{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}}} for i in range(20)
+        {**copy.deepcopy(first), "name": f"worker-{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}},
+         "env": [{"name": f"TRAINER_SETTING_{n}", "value": f"value-{n}-for-worker-{i}"} for n in range(36)],
+         "ports": [{"name": f"p{n}", "containerPort": 8000 + n, "protocol": "TCP"} for n in range(4)],
+         "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8000}, "periodSeconds": 10, "failureThreshold": 3},
+         "readinessProbe": {"httpGet": {"path": "/ready", "port": 8000}, "periodSeconds": 5}}
+        for i in range(20)
     ]
     plain = copy.deepcopy(training)
     for container in plain["request"]["object"]["spec"]["containers"]:
