@@ -182,6 +182,9 @@ class ApiServer:
             f"--service-account-key-file={self.folder / 'sa.pub'}",
             f"--service-account-signing-key-file={self.folder / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
+            # as kubeadm and GPU clusters run it (the NVIDIA device plugin and GPU Operator need privileged
+            # pods): a privileged container reaches admission, where gpu-admission must refuse it
+            "--allow-privileged=true",
             f"--audit-policy-file={self._write_audit_policy()}", f"--audit-log-path={self.audit_log}",
             *self._version_flags(), *self.extra_args,
         ], self.folder / "kube-apiserver.log"))
