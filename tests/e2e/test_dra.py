@@ -210,6 +210,11 @@ def test_pods_ahead_of_their_template_and_a_late_template_cannot_pass_the_cap(
     roomy = f"e2e-{uuid.uuid4().hex[:8]}"
     admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": roomy, "labels": {
         OPT_IN: "true", **ALLOW_CLASSES, RESERVE_LABEL: "on"}}})
+    # a node publishing 8 GPUs (another test's pool may publish fewer: the pods must fit one node)
+    pool = f"dra-{uuid.uuid4().hex[:6]}"
+    register_node(admin, admission, _dra_node(f"{pool}-gpu", pool), ready=True)
+    admin.create(_gpu_slice(f"{pool}-gpu", "570.124.6", gpus=8))
+    wait_for_view(admin, admission, "resourceslices", V1, "ResourceSlice")
     try:
         _store_template(admin, admission, template("eight-gpus", roomy, count=8))
         eventually(lambda: _admitted(admin, _ahead("first", roomy, "eight-gpus")), what="the template in the view")
@@ -218,3 +223,5 @@ def test_pods_ahead_of_their_template_and_a_late_template_cannot_pass_the_cap(
         assert sorted(p["metadata"]["name"] for p in admin.list("v1", "Pod", roomy)) == ["first", "second"]
     finally:
         admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": roomy}})
+        admin.delete({"apiVersion": V1, "kind": "ResourceSlice", "metadata": {"name": f"{pool}-gpu-gpu.nvidia.com"}})
+        admin.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{pool}-gpu"}})
