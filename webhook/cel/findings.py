@@ -87,7 +87,10 @@ def _negative(value: str) -> str:
 
 
 def _whole(value: str) -> str:
-    return (f"(type({value}) == string ? quantity({value}).isInteger() : "
+    """Whole: ``isInteger`` (it fits int64), or beyond int64 (a ``quantity.PLAIN`` string there has
+    a positive scale; the pod specs with other strings are left to the webhook)."""
+    beyond = "q.compareTo(quantity('9223372036854775807')) > 0 || q.compareTo(quantity('-9223372036854775807')) < 0"
+    return (f"(type({value}) == string ? [quantity({value})].map(q, q.isInteger() || {beyond})[0] : "
             f"(type({value}) == double ? !string({value}).contains('.') && !string({value}).contains('e-') : true))")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from webhook.cel import syntax as cel
 from webhook.gpu import resources
+from webhook.kube import quantity
 from webhook.kube.patch import pointer
 from webhook.kube.workload import KindPaths, field_path, split_pointer
 from webhook.policy import schema
@@ -245,9 +246,19 @@ def _entry(m: schema.ClassMatch, labels: str, annotations: str, owners: str, ns_
 
 def targets(raw: str, any_gpu: Sequence[str], classes: str | None) -> str:
     """The records of ``raw`` targets (a list expression) the compiled rules read: pod specs that
-    name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state),
+    name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state) and
+    give no GPU a quantity outside ``quantity.PLAIN`` (the webhook judges those too),
     with their containers, whether any asks for a GPU, and their workload class (when a policy
     reads it: ``classes`` is ``workload_class`` of ``t.meta``)."""
     full = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs="cs",
                       gpu="cs.exists(c, size(c.gpus) > 0)", **{"class": classes or "''"})
-    return f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
+    edge = "c.gpus.exists(n, " + " || ".join(_edge(m, "n") for m in ("c.lim", "c.req")) + ")"
+    return (f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
+            f".filter(t, !t.cs.exists(c, {edge}))")
+
+
+def _edge(values: str, n: str) -> str:
+    """``quantity.is_edge`` of ``values[n]``: a valid quantity CEL cannot judge exactly (``offload.left_to_webhook``)."""
+    value = f"{values}[{n}]"
+    return (f"({n} in {values} && type({value}) == string && !{value}.matches({cel.quote('^(' + quantity.PLAIN + ')$')}) && "
+            f"isQuantity({value}))")

@@ -47,20 +47,40 @@ def target_applies(policy: schema.GPUPolicy) -> str:
     return cel.every(*conditions)
 
 
-def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: str) -> str:
-    """Whether an exception names the object and lifts ``rule`` of ``policy`` (``match.lifted``)."""
+def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: str, before_name: bool = False) -> str:
+    """Whether an exception names the object and lifts ``rule`` of ``policy`` (``match.lifted``).
+    ``before_name``: for the mutating webhook's checks, which a ValidatingAdmissionPolicy makes after
+    kube-apiserver generated the name: judged, as that webhook judges them, by the generateName
+    prefix it saw."""
     conditions = []
     for exception in exceptions:
         if any(e.policy == policy and (not e.rules or rule in e.rules) for e in exception.spec.exceptions):
-            conditions.append(_covers(exception.spec.match))
+            conditions.append(_covers(exception.spec.match, before_name))
     return cel.some(*conditions)
 
 
-def _covers(m: schema.ExceptionMatch) -> str:
+#: kube-apiserver's generated names: the generateName prefix (its first 58 characters) and five of these
+GENERATED_SUFFIX = "^[bcdfghjklmnpqrstvwxz2456789]{5}$"
+GENERATED_BASE = 58
+
+
+def generated_name(name: str, generated: str) -> str:
+    """A CREATE's ``name`` (a CEL string) is one kube-apiserver made from ``generated``, its
+    generateName (what the mutating webhooks saw in its place). A name given with a generateName
+    that looks just like one made from it is taken as made (documented in docs/compiled-policies.md)."""
+    base = f"({generated}.size() > {GENERATED_BASE} ? {generated}.substring(0, {GENERATED_BASE}) : {generated})"
+    made = (f"{name}.size() == b.size() + 5 && {name}.startsWith(b) && "
+            f"{name}.substring(b.size()).matches({cel.quote(GENERATED_SUFFIX)})")
+    return f"(request.operation == 'CREATE' && {generated} != '' && [{base}].map(b, {made})[0])"
+
+
+def _covers(m: schema.ExceptionMatch, before_name: bool = False) -> str:
     """``match.covering`` for one exception: its kinds, namespaces and names (a generateName prefix
     only by a pattern ending in ``*``)."""
     name = cel.value_at("object", ["metadata", "name"], "''")
     generated = cel.value_at("object", ["metadata", "generateName"], "''")
+    if before_name:
+        name = f"({generated_name(f'string({name})', f'string({generated})')} ? '' : string({name}))"
     conditions = [cel.globs("request.namespace", m.namespaces)]
     if m.kinds:
         conditions.append(cel.some(*(_kind(k) for k in m.kinds)))

@@ -135,7 +135,7 @@ def _policy_checks(compilation: Compilation) -> list[str]:
         if found == "[]":
             continue
         active = "ri == 0 && variables.mutating" if check.phase == "M" else "(ri == 0 ? variables.validating : true)"
-        lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule)
+        lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule, before_name=check.phase == "M")
         per_policy.setdefault(policy.metadata.name, []).append((cel.every(active, cel.negate(lifted)), found))
     out = []
     for name, parts in per_policy.items():
