@@ -202,12 +202,31 @@ def is_windows(spec: str) -> str:
     return cel.some(f"{os_name} == 'windows'", f"{selected} == 'windows'")
 
 
-def subject() -> str:
-    """``Request.subject``: ``Pod ml/trainer`` (the name as ``display_name`` finds it)."""
+#: kube-apiserver's generated names: the generateName prefix (its first 58 characters) and five of these
+GENERATED_SUFFIX = "^[bcdfghjklmnpqrstvwxz2456789]{5}$"
+GENERATED_BASE = 58
+
+
+def generated_name(name: str, generated: str) -> str:
+    """A CREATE's ``name`` (a CEL string) is one kube-apiserver made from ``generated``, its
+    generateName (what the mutating webhooks saw in its place). A name given with a generateName
+    that looks just like one made from it is taken as made (documented in docs/compiled-policies.md)."""
+    base = f"({generated}.size() > {GENERATED_BASE} ? {generated}.substring(0, {GENERATED_BASE}) : {generated})"
+    made = (f"{name}.size() == b.size() + 5 && {name}.startsWith(b) && "
+            f"{name}.substring(b.size()).matches({cel.quote(GENERATED_SUFFIX)})")
+    return f"(request.operation == 'CREATE' && {generated} != '' && [{base}].map(b, {made})[0])"
+
+
+def subject(before_name: bool = False) -> str:
+    """``Request.subject``: ``Pod ml/trainer`` (the name as ``display_name`` finds it); with
+    ``before_name``, as the mutating webhook saw it: ``Pod ml/trainer-*`` for a name kube-apiserver
+    generated after it (``generated_name``)."""
     name = cel.value_at("object", ["metadata", "name"], "''")
     generated = cel.value_at("object", ["metadata", "generateName"], "''")
     display = (f"request.name != '' ? request.name : ({name} != '' ? string({name}) : "
                f"({generated} != '' ? string({generated}) + '*' : '(unnamed)'))")
+    if before_name:
+        display = f"{generated_name(f'string({name})', f'string({generated})')} ? string({generated}) + '*' : ({display})"
     return f"request.kind.kind + ' ' + (request.namespace != '' ? request.namespace + '/' : '') + ({display})"
 
 

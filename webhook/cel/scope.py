@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webhook.cel import syntax as cel
-from webhook.cel.podspecs import REQUEST_KIND, kind_key
+from webhook.cel.podspecs import REQUEST_KIND, generated_name, kind_key
 from webhook.policy import match, schema
 
 
@@ -57,21 +57,6 @@ def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: s
         if any(e.policy == policy and (not e.rules or rule in e.rules) for e in exception.spec.exceptions):
             conditions.append(_covers(exception.spec.match, before_name))
     return cel.some(*conditions)
-
-
-#: kube-apiserver's generated names: the generateName prefix (its first 58 characters) and five of these
-GENERATED_SUFFIX = "^[bcdfghjklmnpqrstvwxz2456789]{5}$"
-GENERATED_BASE = 58
-
-
-def generated_name(name: str, generated: str) -> str:
-    """A CREATE's ``name`` (a CEL string) is one kube-apiserver made from ``generated``, its
-    generateName (what the mutating webhooks saw in its place). A name given with a generateName
-    that looks just like one made from it is taken as made (documented in docs/compiled-policies.md)."""
-    base = f"({generated}.size() > {GENERATED_BASE} ? {generated}.substring(0, {GENERATED_BASE}) : {generated})"
-    made = (f"{name}.size() == b.size() + 5 && {name}.startsWith(b) && "
-            f"{name}.substring(b.size()).matches({cel.quote(GENERATED_SUFFIX)})")
-    return f"(request.operation == 'CREATE' && {generated} != '' && [{base}].map(b, {made})[0])"
 
 
 def _covers(m: schema.ExceptionMatch, before_name: bool = False) -> str:

@@ -154,6 +154,7 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     policies = range(len(checks))
     variables = [
         ("subject", podspecs.subject()),
+        ("subjectBefore", podspecs.subject(before_name=True)),
         ("nsLabels", podspecs.namespace_labels()),
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
         ("mutating", f"variables.live && !({pod_update()})"),

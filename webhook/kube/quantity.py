@@ -133,10 +133,10 @@ def _bounded(number: Decimal) -> Decimal | None:
 
 
 #: quantity strings kube-apiserver keeps exactly as an int64 × 10^scale (at most nine digits either
-#: side of the point, a scale from -9 up): there CEL's ``quantity`` (``isInteger``, ``compareTo``)
-#: and parse_quantity agree on every value. Other valid quantities ("1.5Gi", "0.9999999999",
+#: side of the point, a scale from -9 up; with a point or m, u, n, below 10^9): there CEL's
+#: ``quantity`` (``isInteger``, ``compareTo``) and parse_quantity agree on every value. Other valid quantities ("1.5Gi", "0.9999999999",
 #: twenty digits) are edges the compiled policies leave to the webhook (``is_edge``).
-PLAIN = (r"[+-]?[0-9]{0,9}(\.[0-9]{0,9})?([kMGTPE]|[eE]\+?[0-9]{1,2})?|[+-]?[0-9]{0,9}(\.[0-9]{0,6})?m"
+PLAIN = (r"[+-]?[0-9]{0,9}(\.[0-9]{0,9})?|[+-]?[0-9]{0,9}([kMGTPE]|[eE]\+?[0-9]{1,2})|[+-]?[0-9]{0,9}(\.[0-9]{0,6})?m"
          r"|[+-]?[0-9]{0,9}(\.[0-9]{0,3})?u|[+-]?[0-9]{0,9}n")
 _PLAIN = re.compile(PLAIN, re.ASCII)
 
