@@ -34,7 +34,7 @@ from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
 from tests.e2e.conftest import OPT_IN
 from tests.e2e.equivalence import (
-    COMPILED_USER, IN_PROCESS_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored,
+    _canaries, COMPILED_USER, IN_PROCESS_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored,
 )
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from tests.support import MANIFESTS, POLICIES
@@ -435,16 +435,27 @@ def test_one_pass_of_the_compiled_mutation_adds_every_affinity(setups: Setups, a
     left to kube-apiserver invoking the policy again."""
     if setups.version < offload.MUTATING_POLICIES_GA:
         pytest.skip("no MutatingAdmissionPolicy before Kubernetes 1.36")
+    made: dict[str, dict[str, str]] = {}
+    _namespaces(admin, {NAMESPACE: {}}, made)
     setups.load(_session_policies(setups.session))
     policy = admin.get("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "gpu-admission")
     admin.patch(policy, {"spec": {"reinvocationPolicy": "Never"}})
     try:
+        _acting(setups, admin)
         for item in _edge_items()[:2]:
-            def both() -> bool:
-                answer = setups.clients[IN_PROCESS_USER].create(item.obj, item.namespace)
-                affinity = (answer.obj or {}).get("spec", {}).get("affinity") or {}
-                return answer.status < 300 and "nodeAffinity" in affinity and ("podAffinity" in affinity or "podAntiAffinity" in affinity)
-
-            eventually(both, timeout=20, what=f"{item.label}: node and pod affinity after one pass")
+            answer = setups.clients[IN_PROCESS_USER].create(item.obj, item.namespace)
+            assert answer.status < 300, answer.message
+            affinity = (answer.obj or {}).get("spec", {}).get("affinity") or {}
+            assert "nodeAffinity" in affinity and ("podAffinity" in affinity or "podAntiAffinity" in affinity), (item.label, affinity)
     finally:
         admin.patch(policy, {"spec": {"reinvocationPolicy": "IfNeeded"}})
+        if made.get(NAMESPACE) == {}:
+            admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+
+def _acting(setups: Setups, admin: Kube) -> None:
+    """Wait until kube-apiserver acts on the policies as changed: on canaries changed after them."""
+    setups.generation += 1
+    for doc in _canaries(setups.generation, setups.version):
+        admin.apply(doc, manager="e2e-equivalence")
+    eventually(setups._canaries_seen, timeout=60, what="kube-apiserver acting on the changed policy")
