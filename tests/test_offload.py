@@ -103,6 +103,16 @@ def test_pod_specs_with_dra_claims_are_judged_whole_by_the_webhook() -> None:
     assert "a fraction" in _messages(_shape_policies(), _pod("0.5", claims=True))
 
 
+@pytest.mark.parametrize("gpus", ["0.9999999999", "1.5Gi", "0.5" + "0" * 10])
+def test_pod_specs_with_gpu_quantities_cel_cannot_judge_are_judged_whole_by_the_webhook(gpus: str) -> None:
+    # #43 item 3: outside quantity.PLAIN, CEL's isInteger() is false for whole and fractional values
+    # alike; the compiled policies leave such a pod spec to the webhook, which judges all of it
+    plain, slimmed = loader.load_text(SHAPE), _shape_policies()
+    assert _messages(slimmed, _pod(gpus)) == _messages(plain, _pod(gpus))  # (a fraction, or nothing)
+    assert offload.left_to_webhook(_pod(gpus)["spec"], plain.any_gpu)
+    assert not offload.left_to_webhook(_pod("0.5")["spec"], plain.any_gpu)  # PLAIN: the compiled policy says it
+
+
 def test_a_policy_changed_since_it_was_compiled_runs_whole() -> None:
     policies = loader.load_text(SHAPE)
     stated = offload.record(policies, (1, 36))

@@ -33,7 +33,9 @@ from tests.e2e import fixtures
 from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
 from tests.e2e.conftest import OPT_IN
-from tests.e2e.equivalence import COMPILED_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored
+from tests.e2e.equivalence import (
+    _canaries, COMPILED_USER, IN_PROCESS_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored,
+)
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from tests.support import MANIFESTS, POLICIES
 from tests.test_cases import CASES
@@ -138,6 +140,65 @@ def _large_items() -> list[Item]:
     return items
 
 
+def _pod(name: str, limits: dict[str, Any], labels: dict[str, str] | None = None, **spec: Any) -> Object:
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "labels": labels or {}}
+    if name.endswith("-"):
+        meta = {"generateName": name, "namespace": NAMESPACE, "labels": labels or {}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
+        "containers": [{"name": "main", "image": "nvidia/cuda:12.2.0-base-ubuntu22.04", "resources": {"limits": limits}}], **spec}}
+
+
+def _pytorch_job(name: str, gpus: Any) -> Object:
+    worker = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "pytorch", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"pytorchReplicaSpecs": {"Worker": worker}}}
+
+
+#: pods whose priority and runtime classes are named already: nothing but the compiled mutation changes
+#: their scheduling, so kube-apiserver has fewer reasons to invoke it again (#43 item 1)
+_CLASSES_NAMED = {"priorityClassName": "gpu-inference", "runtimeClassName": "nvidia"}
+#: quantities at the edges of Kubernetes' grammar and of int64 (#43 item 3)
+EDGE_QUANTITIES = ["10E", "1e41", "1_0", "1e0Ki", "1.5Gi", "0.9999999999", "1" + "0" * 20, "+", "e3", "1.", "16Ei",
+                   "2000m", "1E", "-1e3", "1e-3"]
+
+
+def _edge_items() -> list[Item]:
+    """The differences #43 lists, found by reading the compiled CEL against the engine."""
+    mig = {"nvidia.com/mig-1g.10gb": "1"}
+    items = [
+        Item("one affinity: MIG inference pod, classes named", _pod(
+            "mig-spread", mig, {"gpu-admission.io/workload-class": "inference", "app": "serve"}, **_CLASSES_NAMED), NAMESPACE),
+        Item("one affinity: MIG training pod, classes named", _pod(
+            "mig-local", mig, {"gpu-admission.io/workload-class": "training", "training.kubeflow.org/job-name": "j1"},
+            **{**_CLASSES_NAMED, "priorityClassName": "gpu-training"}), NAMESPACE),
+    ]
+    for i, text in enumerate(EDGE_QUANTITIES):
+        items.append(Item(f"quantity {text!r} in a Pod", _pod(f"quantity-{i}", {"nvidia.com/gpu": text}), NAMESPACE))
+        items.append(Item(f"quantity {text!r} in a PyTorchJob", _pytorch_job(f"quantity-{i}", text), NAMESPACE))
+    return items
+
+
+#: generateName pods named by a pattern their prefix and their generated names answer differently (#43 item 4)
+GENERATE_NAME_EXCEPTIONS = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicyException
+metadata: {name: e2e-generated-names}
+spec:
+  exceptions: [{policy: gpu-defaults, rules: [nodeAffinity]}]
+  match: {kinds: [Pod], namespaces: ["e2e-*"], names: ["nb-?*", "*-"]}
+"""
+
+
+def _generate_name_group() -> Group:
+    pinned = {"nodeSelector": {"nvidia.com/mig.capable": "false"}}  # contradicts the MIG node affinity: refused unless lifted
+    mig = {"nvidia.com/mig-1g.10gb": "1"}
+    items = [Item(f"generateName {prefix!r}, a name exception", _pod(prefix, mig, **pinned), NAMESPACE)
+             for prefix in ("nb-", "x-", "nb-x-", "other")]
+    return Group("generateName and name exceptions", {**_session_policies_files(), "e2e-generated-names.yaml": GENERATE_NAME_EXCEPTIONS},
+                 items, {NAMESPACE: {}})
+
+
 def _crds(groups: list[Group], policies: Any) -> list[Object]:
     """A CustomResourceDefinition (any content) for every custom kind a policy set knows, at the
     versions the inputs use."""
@@ -183,6 +244,13 @@ def _wait_established(admin: Kube, name: str) -> None:
         return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions") or [])
 
     eventually(established, what=f"{name} served")
+
+
+_SESSION_POLICIES: dict[str, str] = {}
+
+
+def _session_policies_files() -> dict[str, str]:
+    return dict(_SESSION_POLICIES)
 
 
 def _session_policies(admission: Admission) -> dict[str, str]:
@@ -291,8 +359,10 @@ def _gone(setups: Setups, obj: Object, namespace: str) -> bool:
 
 
 def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, apiserver: ApiServer) -> None:
+    _SESSION_POLICIES.update(_session_policies(setups.session))
     groups = [Group("shipped and e2e policies: corpus and generated workloads", _session_policies(setups.session),
-                    [*_corpus_items(), *_generated_items(), *_large_items()], {NAMESPACE: {}}), *_golden_groups()]
+                    [*_corpus_items(), *_generated_items(), *_large_items(), *_edge_items()], {NAMESPACE: {}}),
+              _generate_name_group(), *_golden_groups()]
     for crd in _crds(groups, setups.policy_set):
         admin.ensure(crd)
     for crd in _crds(groups, setups.policy_set):
@@ -357,3 +427,35 @@ def test_compiled_policies_decide_as_the_webhooks(setups: Setups, admin: Kube, a
     if setups.version >= offload.MUTATING_POLICIES_GA:
         assert acted["mutated"], acted
     assert not differences, f"{len(differences)} undocumented difference(s):\n" + "\n".join(differences)
+
+
+def test_one_pass_of_the_compiled_mutation_adds_every_affinity(setups: Setups, admin: Kube) -> None:
+    """#43 item 1: the mutation's rules read the pod as the mutation found it; where it has no
+    affinity, node affinity (MIG) and pod (anti-)affinity must both be added in one pass, not
+    left to kube-apiserver invoking the policy again."""
+    if setups.version < offload.MUTATING_POLICIES_GA:
+        pytest.skip("no MutatingAdmissionPolicy before Kubernetes 1.36")
+    made: dict[str, dict[str, str]] = {}
+    _namespaces(admin, {NAMESPACE: {}}, made)
+    setups.load(_session_policies(setups.session))
+    policy = admin.get("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "gpu-admission")
+    admin.patch(policy, {"spec": {"reinvocationPolicy": "Never"}})
+    try:
+        _acting(setups, admin)
+        for item in _edge_items()[:2]:
+            answer = setups.clients[IN_PROCESS_USER].create(item.obj, item.namespace)
+            assert answer.status < 300, answer.message
+            affinity = (answer.obj or {}).get("spec", {}).get("affinity") or {}
+            assert "nodeAffinity" in affinity and ("podAffinity" in affinity or "podAntiAffinity" in affinity), (item.label, affinity)
+    finally:
+        admin.patch(policy, {"spec": {"reinvocationPolicy": "IfNeeded"}})
+        if made.get(NAMESPACE) == {}:
+            admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+
+def _acting(setups: Setups, admin: Kube) -> None:
+    """Wait until kube-apiserver acts on the policies as changed: on canaries changed after them."""
+    setups.generation += 1
+    for doc in _canaries(setups.generation, setups.version):
+        admin.apply(doc, manager="e2e-equivalence")
+    eventually(setups._canaries_seen, timeout=60, what="kube-apiserver acting on the changed policy")

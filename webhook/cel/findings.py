@@ -39,6 +39,9 @@ class Checks:
     def finding(self, message: str, mode: Mode | None = None) -> str:
         """A CEL string: the tagged finding of ``message`` (a CEL string expression)."""
         tag = self.phase + _MODE_LETTER[mode or self.mode]
+        if self.phase == "M":  # the object as the mutating webhook saw it: before kube-apiserver generated its name
+            message = (f"[{message}].map(m, m.startsWith(variables.subject) ? "
+                       "variables.subjectBefore + m.substring(variables.subject.size()) : m)[0]")
         return f"{cel.quote(f'{tag}[{self.policy}/{self.rule}] ')} + {message}"
 
     def by_severity(self, level: Severity, message: str) -> str:
@@ -89,7 +92,14 @@ def _negative(value: str) -> str:
 
 
 def _whole(value: str) -> str:
-    return (f"(type({value}) == string ? quantity({value}).isInteger() : "
+    """Whole: ``isInteger`` (it fits int64 with a scale from 0 up), beyond int64 (a ``quantity.PLAIN``
+    string there has a positive scale), or equal to an integer (the pod specs with other strings
+    are left to the webhook)."""
+    beyond = "q.compareTo(quantity('9223372036854775807')) > 0 || q.compareTo(quantity('-9223372036854775807')) < 0"
+    # isInteger() is false for a negative scale ("2000m"); such a PLAIN value is below 10^9, where a
+    # double holds every integer: whole when it equals the integer its double truncates to
+    small = "q.compareTo(quantity(string(int(q.asApproximateFloat())))) == 0"
+    return (f"(type({value}) == string ? [quantity({value})].map(q, q.isInteger() || {beyond} || {small})[0] : "
             f"(type({value}) == double ? !string({value}).contains('.') && !string({value}).contains('e-') : true))")
 
 

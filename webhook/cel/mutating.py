@@ -99,8 +99,25 @@ def _mutation(compilation: Compilation, group: list[_Policy]) -> str:
     owners = cel.strings(owner for _, owner in names)
     changed = f"C.transformList(j, q, size(q) > 0, {whats}[j])"
     by = f"C.transformList(j, q, size(q) > 0, {owners}[j])"
-    body = f"[[{', '.join(changes)}]].map(C, [C.flatten()].map(P, size(P) == 0 ? [] : P + {_provenance(changed, by)})[0])[0]"
+    ops = "C.flatten()"
+    if sum(rule in AFFINITY_RULES for _, rules in group for rule, _ in rules) > 1:
+        ops = _one_affinity(ops)
+    body = f"[[{', '.join(changes)}]].map(C, [{ops}].map(P, size(P) == 0 ? [] : P + {_provenance(changed, by)})[0])[0]"
     return cel.when("variables.mutating", body, "[]")
+
+
+#: rules whose change may create a pod spec's ``affinity`` (each its own part of it)
+AFFINITY_RULES = frozenset({"nodeAffinity", "spreadReplicas", "trainingLocality"})
+
+
+def _one_affinity(ops: str) -> str:
+    """The operations ``ops`` with ``affinity`` added once per pod spec: the rules of a group read the
+    pod spec as the group found it, so where it has no affinity, each that adds a part of it adds
+    the whole ``affinity`` (``{part: …}``); the second such ``add`` would replace the first. Each
+    after the first adds its parts under the one created (the rules' parts are distinct)."""
+    again = "JSONPatch{op: 'add', path: p.path + '/' + k, value: p.value[k]}"
+    later = "p.op == 'add' && p.path.endsWith('/affinity') && A.indexOf(p.path) < i"
+    return f"[{ops}].map(O, [O.map(p, p.path)].map(A, O.transformList(i, p, {later} ? p.value.map(k, {again}) : [p]).flatten())[0])[0]"
 
 
 def _provenance(changed: str, by: str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from webhook.cel import syntax as cel
 from webhook.gpu import resources
+from webhook.kube import quantity
 from webhook.kube.patch import pointer
 from webhook.kube.workload import KindPaths, field_path, split_pointer
 from webhook.policy import schema
@@ -201,12 +202,31 @@ def is_windows(spec: str) -> str:
     return cel.some(f"{os_name} == 'windows'", f"{selected} == 'windows'")
 
 
-def subject() -> str:
-    """``Request.subject``: ``Pod ml/trainer`` (the name as ``display_name`` finds it)."""
+#: kube-apiserver's generated names: the generateName prefix (its first 58 characters) and five of these
+GENERATED_SUFFIX = "^[bcdfghjklmnpqrstvwxz2456789]{5}$"
+GENERATED_BASE = 58
+
+
+def generated_name(name: str, generated: str) -> str:
+    """A CREATE's ``name`` (a CEL string) is one kube-apiserver made from ``generated``, its
+    generateName (what the mutating webhooks saw in its place). A name given with a generateName
+    that looks just like one made from it is taken as made (documented in docs/compiled-policies.md)."""
+    base = f"({generated}.size() > {GENERATED_BASE} ? {generated}.substring(0, {GENERATED_BASE}) : {generated})"
+    made = (f"{name}.size() == b.size() + 5 && {name}.startsWith(b) && "
+            f"{name}.substring(b.size()).matches({cel.quote(GENERATED_SUFFIX)})")
+    return f"(request.operation == 'CREATE' && {generated} != '' && [{base}].map(b, {made})[0])"
+
+
+def subject(before_name: bool = False) -> str:
+    """``Request.subject``: ``Pod ml/trainer`` (the name as ``display_name`` finds it); with
+    ``before_name``, as the mutating webhook saw it: ``Pod ml/trainer-*`` for a name kube-apiserver
+    generated after it (``generated_name``)."""
     name = cel.value_at("object", ["metadata", "name"], "''")
     generated = cel.value_at("object", ["metadata", "generateName"], "''")
     display = (f"request.name != '' ? request.name : ({name} != '' ? string({name}) : "
                f"({generated} != '' ? string({generated}) + '*' : '(unnamed)'))")
+    if before_name:
+        display = f"{generated_name(f'string({name})', f'string({generated})')} ? string({generated}) + '*' : ({display})"
     return f"request.kind.kind + ' ' + (request.namespace != '' ? request.namespace + '/' : '') + ({display})"
 
 
@@ -245,9 +265,19 @@ def _entry(m: schema.ClassMatch, labels: str, annotations: str, owners: str, ns_
 
 def targets(raw: str, any_gpu: Sequence[str], classes: str | None) -> str:
     """The records of ``raw`` targets (a list expression) the compiled rules read: pod specs that
-    name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state),
+    name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state) and
+    give no GPU a quantity outside ``quantity.PLAIN`` (the webhook judges those too),
     with their containers, whether any asks for a GPU, and their workload class (when a policy
     reads it: ``classes`` is ``workload_class`` of ``t.meta``)."""
     full = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs="cs",
                       gpu="cs.exists(c, size(c.gpus) > 0)", **{"class": classes or "''"})
-    return f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
+    edge = "c.gpus.exists(n, " + " || ".join(_edge(m, "n") for m in ("c.lim", "c.req")) + ")"
+    return (f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
+            f".filter(t, !t.cs.exists(c, {edge}))")
+
+
+def _edge(values: str, n: str) -> str:
+    """``quantity.is_edge`` of ``values[n]``: a valid quantity CEL cannot judge exactly (``offload.left_to_webhook``)."""
+    value = f"{values}[{n}]"
+    return (f"({n} in {values} && type({value}) == string && !{value}.matches({cel.quote('^(' + quantity.PLAIN + ')$')}) && "
+            f"isQuantity({value}))")

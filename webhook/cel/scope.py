@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webhook.cel import syntax as cel
-from webhook.cel.podspecs import REQUEST_KIND, kind_key
+from webhook.cel.podspecs import REQUEST_KIND, generated_name, kind_key
 from webhook.policy import match, schema
 
 
@@ -47,20 +47,25 @@ def target_applies(policy: schema.GPUPolicy) -> str:
     return cel.every(*conditions)
 
 
-def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: str) -> str:
-    """Whether an exception names the object and lifts ``rule`` of ``policy`` (``match.lifted``)."""
+def lifted(exceptions: Iterable[schema.GPUPolicyException], policy: str, rule: str, before_name: bool = False) -> str:
+    """Whether an exception names the object and lifts ``rule`` of ``policy`` (``match.lifted``).
+    ``before_name``: for the mutating webhook's checks, which a ValidatingAdmissionPolicy makes after
+    kube-apiserver generated the name: judged, as that webhook judges them, by the generateName
+    prefix it saw."""
     conditions = []
     for exception in exceptions:
         if any(e.policy == policy and (not e.rules or rule in e.rules) for e in exception.spec.exceptions):
-            conditions.append(_covers(exception.spec.match))
+            conditions.append(_covers(exception.spec.match, before_name))
     return cel.some(*conditions)
 
 
-def _covers(m: schema.ExceptionMatch) -> str:
+def _covers(m: schema.ExceptionMatch, before_name: bool = False) -> str:
     """``match.covering`` for one exception: its kinds, namespaces and names (a generateName prefix
     only by a pattern ending in ``*``)."""
     name = cel.value_at("object", ["metadata", "name"], "''")
     generated = cel.value_at("object", ["metadata", "generateName"], "''")
+    if before_name:
+        name = f"({generated_name(f'string({name})', f'string({generated})')} ? '' : string({name}))"
     conditions = [cel.globs("request.namespace", m.namespaces)]
     if m.kinds:
         conditions.append(cel.some(*(_kind(k) for k in m.kinds)))

@@ -136,7 +136,7 @@ def _policy_checks(compilation: Compilation) -> list[str]:
         if found == "[]":
             continue
         active = "ri == 0 && variables.mutating" if check.phase == "M" else "(ri == 0 ? variables.validating : true)"
-        lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule)
+        lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule, before_name=check.phase == "M")
         per_policy.setdefault(policy.metadata.name, []).append((cel.every(active, cel.negate(lifted)), found))
     out = []
     for name, parts in per_policy.items():
@@ -155,6 +155,7 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     policies = range(len(checks))
     variables = [
         ("subject", podspecs.subject()),
+        ("subjectBefore", podspecs.subject(before_name=True)),
         ("nsLabels", podspecs.namespace_labels()),
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
         ("mutating", f"variables.live && !({pod_update()})"),

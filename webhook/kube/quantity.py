@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_CEILING, Context, Decimal
 
 _SUFFIXES = {
     "Ki": Decimal(2) ** 10,
@@ -24,8 +25,22 @@ _SUFFIXES = {
 
 
 def parse_quantity(value: object) -> Decimal | None:
-    """The quantity's value, or None when it is not a valid quantity."""
-    if type(value) is str and value.isdigit() and value.isascii() and len(value) <= _MAX_MAGNITUDE:
+    """The quantity's value, or None when it is not a valid quantity.
+
+    Strings follow Kubernetes' grammar (k8s.io/apimachinery/pkg/api/resource
+    ``ParseQuantity``) exactly: ``<signedNumber><suffix>``, a number of ASCII
+    digits with one optional ``.`` (either side may be empty: ``"+"``, ``"."``
+    and ``"5."`` are quantities), a suffix ``Ki``..``Ei``, ``n u m k M G T P
+    E`` or none, or a decimal exponent ``e``/``E`` and a signed integer within
+    int64 (kube-apiserver keeps its low 32 bits). What Kubernetes refuses is
+    refused (``"1_0"``, ``" 1"``, ``"1e0Ki"``, ``"1e"``). The value is
+    Kubernetes' too: exact where it fits int64 × 10^scale (``scale`` from -9 up),
+    else rounded up to a nano, and capped at the int64 maximum as kube-apiserver
+    does for ``Ki``..``Ei`` (``"10E"`` is 10^19, ``"16Ei"`` is 2^63-1). Values beyond
+    10^1000 count as 10^1000 (no GPU count or size comes near; the arithmetic
+    stays bounded).
+    """
+    if type(value) is str and value.isdigit() and value.isascii() and len(value) <= 18:
         return Decimal(value)  # the common case: a plain count ("8"), as GPUs are given
     if isinstance(value, bool):
         return None
@@ -33,29 +48,81 @@ def parse_quantity(value: object) -> Decimal | None:
         return _bounded(Decimal(str(value)))
     if not isinstance(value, str):
         return None
-    text = value
-    if not text or text != text.strip():
-        return None  # kube-apiserver refuses surrounding spaces ("  1")
-    multiplier = Decimal(1)
-    for suffix in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"):
-        if text.endswith(suffix):
-            text, multiplier = text[: -len(suffix)], _SUFFIXES[suffix]
-            break
+    return _parse(value)
+
+
+_GRAMMAR = re.compile(r"([+-]?)(0*)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*)([+-]?[0-9]*)", re.ASCII)
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_INT64_MAX = 2**63 - 1
+_NANO = -9
+#: the largest decimal exponent a value keeps (see parse_quantity)
+_MAX_EXPONENT = 1000
+
+
+def _parse(text: str) -> Decimal | None:
+    found = _GRAMMAR.fullmatch(text)
+    if not text or found is None:
+        return None
+    sign, zeros, digits, denom, letters, tail = found.groups()
+    if not digits and denom is None and not letters and not tail:
+        return Decimal(0)  # sign and zeros only: kube-apiserver stops there ("+", "-", "000")
+    suffix = letters + tail
+    if suffix in _DECIMAL:
+        base, exponent = 10, _DECIMAL[suffix]
+    elif suffix in _BINARY:
+        base, exponent = 2, _BINARY[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:], re.ASCII):
+        parsed = int(suffix[1:])
+        if not -(2**63) <= parsed <= _INT64_MAX:
+            return None
+        base, exponent = 10, (parsed + 2**31) % 2**32 - 2**31  # int32(parsed)
     else:
-        if text and text[-1] in "numkMGTPE" and not _is_exponent(text):
-            text, multiplier = text[:-1], _SUFFIXES[text[-1]]
-    if not text or text[0] not in "+-.0123456789":
         return None
-    try:
-        number = _bounded(Decimal(text))
-    except InvalidOperation:
-        return None
-    return None if number is None else number * multiplier
+    num, denom = digits or "0", denom or ""
+    negative = sign == "-"
+    if base == 10:
+        fast = 18 - len(num) - len(denom) >= 0 and exponent - len(denom) >= _NANO
+    else:
+        fast = not denom and 15 - len(num) - (exponent * 3) // 10 - 1 >= 0 and int(num) << exponent <= _INT64_MAX
+    magnitude = _magnitude(num + denom, len(denom), base, exponent)
+    if not fast:  # kube-apiserver's inf.Dec path: rounded up to a nano; a binary one capped at int64's maximum
+        magnitude = _round_up_nano(magnitude)
+        if base == 2:
+            magnitude = min(magnitude, Decimal(_INT64_MAX))
+    return -magnitude if negative and magnitude else magnitude
 
 
-#: no real quantity has more digits than this either side of the point
-#: (Kubernetes keeps int64 × 10^±18); "1e999999999" passes a CRD's pattern but
-#: would overflow the decimal context
+#: exact arithmetic on the digits a request holds (no rounding, no exponent limit)
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
+def _magnitude(digits: str, decimals: int, base: int, exponent: int) -> Decimal:
+    """digits × 10^-decimals × base^exponent, within 10^±_MAX_EXPONENT (beyond: 10^1000, or,
+    below a nano, 10^-10, which rounds up to one)."""
+    digits = digits.lstrip("0")
+    if not digits:
+        return Decimal(0)
+    if base == 2:
+        return _EXACT.multiply(Decimal((0, tuple(int(d) for d in digits), -decimals)), Decimal(2**exponent))
+    scale = exponent - decimals
+    adjusted = scale + len(digits) - 1
+    if adjusted > _MAX_EXPONENT:
+        return Decimal(f"1e{_MAX_EXPONENT}")
+    if adjusted < _NANO - 1:
+        return Decimal("1e-10")
+    return Decimal((0, tuple(int(d) for d in digits), scale))
+
+
+def _round_up_nano(value: Decimal) -> Decimal:
+    if value == 0 or int(value.as_tuple().exponent) >= _NANO:
+        return value
+    nanos = _EXACT.scaleb(value, Decimal(-_NANO)).to_integral_value(rounding=ROUND_CEILING, context=_EXACT)
+    return _EXACT.scaleb(nanos, Decimal(_NANO))
+
+
+#: JSON numbers (not Kubernetes quantities): no real one has more digits than
+#: this either side of the point; "1e999999999" would overflow the decimal context
 _MAX_MAGNITUDE = 40
 
 
@@ -65,9 +132,18 @@ def _bounded(number: Decimal) -> Decimal | None:
     return number
 
 
-def _is_exponent(text: str) -> bool:
-    # "1E" is an exa suffix but "1e3" is decimal exponent notation
-    return "e" in text[1:] or "E" in text[1:-1]
+#: quantity strings kube-apiserver keeps exactly as an int64 × 10^scale (at most nine digits either
+#: side of the point, a scale from -9 up; with a point or m, u, n, below 10^9): there CEL's
+#: ``quantity`` (``isInteger``, ``compareTo``) and parse_quantity agree on every value. Other valid quantities ("1.5Gi", "0.9999999999",
+#: twenty digits) are edges the compiled policies leave to the webhook (``is_edge``).
+PLAIN = (r"[+-]?[0-9]{0,9}(\.[0-9]{0,9})?|[+-]?[0-9]{0,9}([kMGTPE]|[eE]\+?[0-9]{1,2})|[+-]?[0-9]{0,9}(\.[0-9]{0,6})?m"
+         r"|[+-]?[0-9]{0,9}(\.[0-9]{0,3})?u|[+-]?[0-9]{0,9}n")
+_PLAIN = re.compile(PLAIN, re.ASCII)
+
+
+def is_edge(value: object) -> bool:
+    """A valid quantity string outside ``PLAIN``."""
+    return type(value) is str and not _PLAIN.fullmatch(value) and parse_quantity(value) is not None
 
 
 def is_whole(value: Decimal) -> bool:

@@ -24,6 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from webhook.gpu import resources
+from webhook.gpu.resources import ResourceMatcher
+from webhook.kube import quantity
 from webhook.kube.workload import KindPaths
 from webhook.policy.schema import GPUPolicy, GPUPolicyException, GPUWorkloadClass
 
@@ -39,6 +42,8 @@ class PolicySet(Protocol):
     def exceptions(self) -> Sequence[GPUPolicyException]: ...
     @property
     def kinds(self) -> Mapping[tuple[str, str], KindPaths]: ...
+    @property
+    def any_gpu(self) -> ResourceMatcher: ...
 
 #: what the slimmed webhook runs of a rule: nothing, the parts left to it (the rule module's
 #: ``run_rest``), or all of it (its compiled parts then find nothing left to do)
@@ -284,25 +289,44 @@ class Offload:
 
     kinds: frozenset[tuple[str, str]]
     webhook: Mapping[tuple[str, str], WebhookPart]
+    #: what any policy counts as a GPU (the compiled policies' GPU test of their pod specs)
+    any_gpu: ResourceMatcher | None = None
 
     def run_for(self, whole: Run, rest: Run | None, policy: str, rule: str, kind: tuple[str, str]) -> Run:
         """What the engine runs of one rule of a policy on a kind (once per policy set: plans are kept)."""
         part = self.webhook.get((policy, rule), "all") if kind in self.kinds else "all"
-        return whole if part == "all" else OffloadedRule(whole, rest if part == "rest" else None)
+        return whole if part == "all" else OffloadedRule(whole, rest if part == "rest" else None, self.any_gpu)
+
+
+def left_to_webhook(spec: Mapping[str, Any], any_gpu: ResourceMatcher | None) -> bool:
+    """A pod spec the compiled policies leave alone (webhook.cel.podspecs.targets): one that names
+    DRA claims (whether a claim hands out GPUs is cluster state), or gives a GPU a quantity outside
+    ``quantity.PLAIN`` (CEL's quantity library cannot tell whether such a one is whole)."""
+    if "resourceClaims" in spec:
+        return True
+    if any_gpu is None:
+        return False
+    for (list_name, index), names in resources.gpu_slots(spec, any_gpu).items():
+        container = spec[list_name][index]
+        for field in ("limits", "requests"):
+            given = resources.resource_map(container, field)
+            if any(quantity.is_edge(given.get(name)) for name in names):
+                return True
+    return False
 
 
 class OffloadedRule:
-    """A rule whose compiled parts kube-apiserver runs: on a pod spec that names DRA claims, which
-    compiled policies leave alone, the whole rule; on the others, the parts left to the webhook
+    """A rule whose compiled parts kube-apiserver runs: on a pod spec the compiled policies leave
+    alone (``left_to_webhook``), the whole rule; on the others, the parts left to the webhook
     (``rest``), or nothing."""
 
-    __slots__ = ("whole", "rest")
+    __slots__ = ("whole", "rest", "any_gpu")
 
-    def __init__(self, whole: Run, rest: Run | None) -> None:
-        self.whole, self.rest = whole, rest
+    def __init__(self, whole: Run, rest: Run | None, any_gpu: ResourceMatcher | None = None) -> None:
+        self.whole, self.rest, self.any_gpu = whole, rest, any_gpu
 
     def __call__(self, ctx: Any, cfg: Any) -> None:
-        if "resourceClaims" in ctx.spec:
+        if left_to_webhook(ctx.spec, self.any_gpu):
             self.whole(ctx, cfg)
         elif self.rest is not None:
             self.rest(ctx, cfg)
@@ -329,4 +353,4 @@ def offload(policies: PolicySet, stated: Mapping[str, object]) -> tuple[Offload,
         for row in coverage(policies, version)
         if row.policy not in stale and row.webhook != "all"
     }
-    return Offload(compilable_kinds(policies), webhook), stale
+    return Offload(compilable_kinds(policies), webhook, policies.any_gpu), stale
