@@ -115,7 +115,6 @@ FORGED: dict[str, tuple[dict[str, Any], str]] = {
     "long uid": ({"uid": "u" * 65}, "is not a uid of at most 64"),
     "uid with a colon": ({"uid": "reserved:x:1"}, "is not a uid"),
     "priority": ({"priority": "high priority=x"}, "its priority class 'high priority=x' is not a DNS-1123 subdomain"),
-    "count": ({"limits": {"nvidia.com/gpu": "0.0000000000001"}}, "its count of 'nvidia.com/gpu' is not a positive quantity"),
     "resource": ({"limits": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g x=1": 1}}, "its resource name 'nvidia.com/mig-1g x=1' is not a qualified name"),
     "many resources": ({"limits": {"nvidia.com/gpu": 1, **{f"nvidia.com/mig-{i}g.{'x' * 40}": 1 for i in range(8)}}},
                        "it asks for 9 different GPU resources, more than a charge can name"),
@@ -129,6 +128,14 @@ def test_a_forged_review_is_refused_with_a_clear_message_and_charges_nothing() -
         assert not decision.allowed, what
         texts = [f.text() for f in decision.findings if f.mode == "enforce"]
         assert any("cannot be charged to the GPU quota ledger: " in t and expected in t for t in texts), (what, texts)
+
+
+def test_a_count_no_pod_can_hold_is_not_charged() -> None:
+    # (past every cap below 10^18, which refuses such a pod first: the bound holds for any cap)
+    for count in (Decimal(10) ** 18, Decimal(-1), Decimal(0), Decimal("1e-10")):
+        why = charge_bounds.refusal("ml-a", "p", "u-1", "", (("nvidia.com/gpu", count),))
+        assert "is not a positive quantity" in why, (count, why)
+    assert charge_bounds.refusal("ml-a", "p", "u-1", "", (("nvidia.com/gpu", Decimal("0.000000001")),)) == ""
 
 
 # ---------------------------------------------------------------- properties
