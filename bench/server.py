@@ -132,9 +132,9 @@ def payloads() -> dict[str, dict[str, Any]]:
     wide["request"]["object"]["spec"]["containers"] = [
         {**copy.deepcopy(first), "name": f"worker-{i}", "resources": {"limits": {"nvidia.com/gpu": "1"}},
          "env": [{"name": f"TRAINER_SETTING_{n}", "value": f"value-{n}-for-worker-{i}"} for n in range(36)],
-         "ports": [{"name": f"p{n}", "containerPort": 8000 + 10 * i + n, "protocol": "TCP"} for n in range(4)],
-         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "p0"}, "periodSeconds": 10, "failureThreshold": 3},
-         "readinessProbe": {"httpGet": {"path": "/ready", "port": "p0"}, "periodSeconds": 5}}
+         "ports": [{"name": f"w{i}-p{n}", "containerPort": 8000 + 10 * i + n, "protocol": "TCP"} for n in range(4)],
+         "livenessProbe": {"httpGet": {"path": "/healthz", "port": f"w{i}-p0"}, "periodSeconds": 10, "failureThreshold": 3},
+         "readinessProbe": {"httpGet": {"path": "/ready", "port": f"w{i}-p0"}, "periodSeconds": 5}}
         for i in range(20)
     ]
     plain = copy.deepcopy(training)

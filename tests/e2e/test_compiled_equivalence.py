@@ -32,7 +32,7 @@ from tests import generators
 from tests.e2e import fixtures
 from tests.e2e.admission import Admission
 from tests.e2e.apiserver import ApiServer
-from tests.e2e.conftest import OPT_IN
+from tests.e2e.conftest import ALLOW_CLASSES, OPT_IN
 from tests.e2e.equivalence import (
     _canaries, COMPILED_USER, IN_PROCESS_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored,
 )
@@ -436,21 +436,24 @@ def test_one_pass_of_the_compiled_mutation_adds_every_affinity(setups: Setups, a
     if setups.version < offload.MUTATING_POLICIES_GA:
         pytest.skip("no MutatingAdmissionPolicy before Kubernetes 1.36")
     made: dict[str, dict[str, str]] = {}
-    _namespaces(admin, {NAMESPACE: {}}, made)
+    # a namespace of its own: the equivalence test's is Terminating once it ends (no namespace controller)
+    fresh = f"e2e-one-pass-{uuid.uuid4().hex[:6]}"
+    _namespaces(admin, {fresh: ALLOW_CLASSES}, made)  # (the pods' workload-class labels count there)
     setups.load(_session_policies(setups.session))
     policy = admin.get("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "gpu-admission")
     admin.patch(policy, {"spec": {"reinvocationPolicy": "Never"}})
     try:
         _acting(setups, admin)
         for item in _edge_items()[:2]:
-            answer = setups.clients[IN_PROCESS_USER].create(item.obj, item.namespace)
+            obj = copy.deepcopy(item.obj)
+            obj["metadata"]["namespace"] = fresh
+            answer = setups.clients[IN_PROCESS_USER].create(obj, fresh)
             assert answer.status < 300, answer.message
             affinity = (answer.obj or {}).get("spec", {}).get("affinity") or {}
             assert "nodeAffinity" in affinity and ("podAffinity" in affinity or "podAntiAffinity" in affinity), (item.label, affinity)
     finally:
         admin.patch(policy, {"spec": {"reinvocationPolicy": "IfNeeded"}})
-        if made.get(NAMESPACE) == {}:
-            admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fresh}})
 
 
 def _acting(setups: Setups, admin: Kube) -> None:
