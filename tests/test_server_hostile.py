@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Webhook
 from tests.support import REPO, corpus_reviews, load_review
-from webhook.server.limits import Limits
+from webhook.server.limits import Limits, count_containers
 from webhook.view.snapshot import EMPTY_VIEW
 from webhook.server.metrics import REJECT_REASONS, Metrics
 
@@ -151,6 +151,19 @@ async def test_an_object_past_the_container_limit_is_answered_without_evaluation
     assert mutated["allowed"] is True and "patch" not in mutated
     assert any("nothing was changed" in w for w in mutated["warnings"])
     assert 'gpu_admission_requests_total{decision="deny",endpoint="/validate"' in await scrape(webhook)
+
+
+def test_containers_are_counted_where_pod_specs_list_them_and_what_they_carry_is_not_walked() -> None:
+    """Every container list counts (pods, templates, init and ephemeral containers); a container's own
+    fields are not searched: no kind nests containers there, and the engine never reads them as such."""
+    carried = {"name": "c", "env": [{"name": f"E{i}", "value": "x"} for i in range(50)],
+               "containers": [{"name": f"not-a-container-{i}"} for i in range(300)]}
+    pod = {"kind": "Pod", "metadata": {"annotations": {"containers": "x"}},
+           "spec": {"containers": [carried, {"name": "d"}], "initContainers": [{"name": "i"}],
+                    "ephemeralContainers": [{"name": "e"}]}}
+    job = {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [carried] * 3}}}}}}
+    assert count_containers(pod) == 4 and count_containers(job) == 3
+    assert Limits().problem(pod) == ""
 
 
 class _Witness:

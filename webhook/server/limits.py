@@ -52,7 +52,11 @@ class Limits:
 
 def count_containers(obj: Any) -> int:
     """Containers listed anywhere in ``obj`` (pods, and the templates of any workload kind),
-    metadata and status aside."""
+    metadata and status aside.
+
+    A container list is counted, not walked: no kind nests containers in a container, and the
+    engine finds pod specs only at pod-template paths, so what a container carries (env, ports,
+    probes: most of a large pod's bytes) costs nothing here (issue #44)."""
     count = 0
     stack = [obj]
     while stack:
@@ -61,7 +65,7 @@ def count_containers(obj: Any) -> int:
             for key, value in node.items():
                 if key in _CONTAINER_LISTS and isinstance(value, list):
                     count += len(value)
-                if isinstance(value, (dict, list)) and key not in _SKIPPED:
+                elif isinstance(value, (dict, list)) and key not in _SKIPPED:
                     stack.append(value)
         elif isinstance(node, list):
             stack.extend(v for v in node if isinstance(v, (dict, list)))
