@@ -39,7 +39,7 @@ from tests.e2e.apiserver import ADMIN_TOKEN, REPO, ApiServer, find_assets  # noq
 from tests.e2e.fixtures import gpu_container, pod  # noqa: E402
 from tests.e2e.kube import Kube, Refused, documents  # noqa: E402
 from tests.support import POLICIES  # noqa: E402
-from webhook.cluster.ledger_settings import LedgerSettings  # noqa: E402
+from webhook.ledger.settings import LedgerSettings  # noqa: E402
 
 OPT_IN = "gpu-admission.io/enabled"
 CAPS_LABEL = "bench.gpu-admission.io/caps"

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import POLICIES
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger_object import Entry
+from webhook.ledger import document
+from webhook.ledger.document import Entry
 from webhook.policy import caps, charge_bounds, engine, loader
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey, Tally
 from webhook.policy.request import Request
@@ -57,7 +57,7 @@ def _decide(pod: dict[str, Any]) -> Any:
 
 
 def _line(charge: Charge) -> str:
-    return ledger_object.text_of({charge.uid: Entry(charge.holding, 1767225600.123)})
+    return document.text_of({charge.uid: Entry(charge.holding, 1767225600.123)})
 
 
 def test_a_pod_naming_thousands_of_models_is_charged_a_short_line_that_every_model_cap_counts() -> None:
@@ -70,7 +70,7 @@ def test_a_pod_naming_thousands_of_models_is_charged_a_short_line_that_every_mod
     assert len(line) < 200, line  # (the line was ~400 KB: 16 such pods took the ledger past etcd's limit)
     assert line.endswith(" models=*\n")
     # read back, by this version and as any model: counted by every cap, the A100 cap included
-    (entry,) = ledger_object.entries({"status": {"charges": line}}).values()
+    (entry,) = document.entries({"status": {"charges": line}}).values()
     assert entry.holding.models == caps.MANY
     for model in ("*", "NVIDIA-A100*", "NVIDIA-H100*", "any"):
         assert caps.counts(model, (), "", entry.holding.models), model
@@ -93,10 +93,10 @@ def test_a_burst_of_such_pods_fills_a_model_cap_exactly() -> None:
 def test_an_older_replicas_unbounded_line_is_read_bounded() -> None:
     old = "u1 ml-a/p nvidia.com/gpu=1 at=2026-01-01T00:00:00.000Z models=" + ",".join(
         [A100, *(f"FAKE-{i}" for i in range(5000))]) + "\nu2 ml-a/q nvidia.com/gpu=1 at=2026-01-01T00:00:00.000Z models=" + A100 + "\n"
-    found = ledger_object.entries({"status": {"charges": old}})
+    found = document.entries({"status": {"charges": old}})
     assert found["u1"].holding.models == caps.MANY
     assert found["u2"].holding.models == frozenset({A100})  # what is within the bounds reads as it did
-    assert len(ledger_object.text_of(found)) < 300
+    assert len(document.text_of(found)) < 300
 
 
 def test_a_pod_within_the_bounds_is_charged_as_it_names_its_models() -> None:
@@ -159,9 +159,9 @@ def test_no_charge_line_exceeds_its_bound_whatever_the_pod(name: str, namespace:
     decision = _decide(pod)
     for charge in decision.charges:
         line = _line(charge)
-        assert len(line) <= ledger_object.LINE_MAX, (len(line), line[:200])
+        assert len(line) <= document.LINE_MAX, (len(line), line[:200])
         # one line, read back as written: nothing in it can be misread as another charge
-        assert ledger_object.entries({"status": {"charges": line}}) == {charge.uid: Entry(charge.holding, 1767225600.123)}
+        assert document.entries({"status": {"charges": line}}) == {charge.uid: Entry(charge.holding, 1767225600.123)}
     if not decision.charges and decision.allowed is False:
         assert decision.findings
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support import POLICIES
-from webhook.cluster import recount
+from webhook.ledger import recount
 from webhook.policy import engine, loader
 from webhook.policy.charges import LedgerKey
 from webhook.policy.request import Request

@@ -57,7 +57,11 @@ def test_the_tree_keeps_every_contract() -> None:
         # node groups importing the aggregates that import them: a circle inside the cluster view
         ("view/nodegroups.py", "from webhook.view import aggregates", "No cycles are allowed in webhook.view"),
         # the audit CLI importing the kubernetes client itself instead of going through webhook.cluster
-        ("audit/inputs.py", "import kubernetes", "webhook.cluster is the only package that imports the kubernetes client"),
+        ("audit/inputs.py", "import kubernetes", "the only packages that import the kubernetes client"),
+        # the cluster shell importing the ledger it serves: the ledger sits above it
+        ("cluster/index.py", "from webhook.ledger import document", "webhook.cluster is not allowed to import webhook.ledger"),
+        # the ledger importing the server that uses it
+        ("ledger/store.py", "from webhook.server import keys", "webhook.ledger is not allowed to import webhook.server"),
         # the pure core importing a client library
         ("gpu/images.py", "import aiohttp", "need the standard library only"),
     ],

@@ -20,13 +20,13 @@ from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
 from tests.support import POLICIES
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
-from webhook.cluster.ledger_upkeep import PodFollower, Upkeep
 from webhook.cluster.session import ApiSession
+from webhook.ledger import document
+from webhook.ledger.charger import Ledger
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
+from webhook.ledger.upkeep import PodFollower, Upkeep
 from webhook.policy import loader
 from webhook.policy.charges import LedgerKey
 from webhook.view.protocol import Object
@@ -77,22 +77,22 @@ async def _upkeep(api: FakeApiServer, view: SnapshotView) -> AsyncIterator[tuple
 
 
 def _charged(api: FakeApiServer) -> set[str]:
-    return set(ledger_object.effective(api.objects("GPUQuotaLedger")).get(KEY, {}))
+    return set(document.effective(api.objects("GPUQuotaLedger")).get(KEY, {}))
 
 
 async def test_a_pod_holding_gpus_with_no_charge_is_charged_at_once(
     api: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     other = pod("other")
-    api.add(ledger_object.new_object(KEY, NAMESPACE, {}))
+    api.add(document.new_object(KEY, NAMESPACE, {}))
     view = _View.from_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, other,
                                pod("admitted-fail-open")], known=("namespaces", "pods"))
     async for upkeep, registry in _upkeep(api, view):
-        upkeep.ledger.store.known(api.get("GPUQuotaLedger", ledger_object.name_of(KEY), NAMESPACE) or {})
+        upkeep.ledger.store.known(api.get("GPUQuotaLedger", document.name_of(KEY), NAMESPACE) or {})
         follower = PodFollower(upkeep)
         upkeep.on_loop = lambda call, *args: call(*args)  # type: ignore[method-assign]  # (this test runs on the loop)
         follower.put(pod("admitted-fail-open"))
-        caplog.set_level(logging.WARNING, logger="webhook.cluster.ledger_upkeep")
+        caplog.set_level(logging.WARNING, logger="webhook.ledger.upkeep")
         await upkeep.heal()  # the upkeep's next beat
         assert _charged(api) == {"uid-admitted-fail-open", "uid-other"}
         value = registry.get_sample_value("gpu_admission_quota_uncharged_pods_charged_total")

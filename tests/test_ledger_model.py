@@ -1,7 +1,7 @@
 """A model test of the GPU quota ledger: random interleavings of charges, conflicts, releases and recounts.
 
-The real :class:`~webhook.cluster.ledger.Ledger` and
-:class:`~webhook.cluster.ledger_upkeep.Upkeep` of several replicas run
+The real :class:`~webhook.ledger.charger.Ledger` and
+:class:`~webhook.ledger.upkeep.Upkeep` of several replicas run
 against :class:`ModelApi`, an in-memory API server holding exactly what the
 ledger relies on of kube-apiserver (objects with a resourceVersion, replaces
 refused with 409 when their precondition is stale, 404 for what does not
@@ -33,14 +33,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
-from webhook.cluster.ledger_upkeep import PodFollower, Upkeep
 from webhook.cluster.session import ApiError
 from webhook.kube import termination
+from webhook.ledger import document
+from webhook.ledger.charger import Ledger
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
+from webhook.ledger.upkeep import PodFollower, Upkeep
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 from webhook.view.protocol import KNOWN, Availability
 
@@ -103,7 +103,7 @@ class ModelApi:
             if found is None:
                 raise ApiError(404, "pod not found")
             return copy.deepcopy(found)
-        name = parts[-1] if parts[-1] != ledger_object.PLURAL else ""
+        name = parts[-1] if parts[-1] != document.PLURAL else ""
         if method == "POST":
             name = body["metadata"]["name"]
             if name in self.objects:
@@ -133,7 +133,7 @@ class ModelApi:
 
     def charged(self) -> dict[str, Any]:
         """What the ledger holds, both its parts read."""
-        return dict(ledger_object.effective(list(self.objects.values())).get(KEY, {}))
+        return dict(document.effective(list(self.objects.values())).get(KEY, {}))
 
 
 class _Store(LedgerStore):

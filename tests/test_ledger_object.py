@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger_object import RECENT, SETTLED, Entry
+from webhook.ledger import document
+from webhook.ledger.document import RECENT, SETTLED, Entry
 from webhook.policy.charges import Holding, LedgerKey
 
 KEY = LedgerKey("team", "vision", "team", "nvidia.com/gpu.product")
@@ -24,45 +24,45 @@ def test_a_charge_reads_back_as_it_was_written() -> None:
         "u2": _entry("p1"),
         "u3": _entry("p2", models=frozenset()),  # a selector that names no model: not "any model"
     }
-    obj = ledger_object.new_object(KEY, "gpu-admission", entries)
+    obj = document.new_object(KEY, "gpu-admission", entries)
     assert obj["status"]["charges"].splitlines()[0] == (
         "u1 ml-a/p0 nvidia.com/gpu=2,nvidia.com/mig-1g.10gb=1 at=2023-11-14T22:13:20.125Z priority=gpu-training "
         "models=NVIDIA-A100-SXM4-80GB,NVIDIA-H100-80GB-HBM3")
-    assert ledger_object.entries(obj) == entries
+    assert document.entries(obj) == entries
 
 
 def test_a_line_that_does_not_read_charges_nothing() -> None:
-    obj = ledger_object.new_object(KEY, "gpu-admission", {"u1": _entry("p0")})
+    obj = document.new_object(KEY, "gpu-admission", {"u1": _entry("p0")})
     obj["status"]["charges"] += "garbage\nu2 ml-a/p1 nvidia.com/gpu=one at=2023-11-14T22:13:20Z\nu3 nowhere\n\n"
-    assert set(ledger_object.entries(obj)) == {"u1"}
+    assert set(document.entries(obj)) == {"u1"}
 
 
 def test_an_object_is_ours_only_under_the_name_its_spec_gives() -> None:
-    obj = ledger_object.new_object(KEY, "gpu-admission")
-    assert ledger_object.key_of(obj) == KEY
+    obj = document.new_object(KEY, "gpu-admission")
+    assert document.key_of(obj) == KEY
     obj["metadata"]["name"] = "something-else"
-    assert ledger_object.key_of(obj) is None and ledger_object.read(obj) is None
+    assert document.key_of(obj) is None and document.read(obj) is None
 
 
 def test_a_ledger_holds_its_settled_part_less_what_was_released_plus_its_recent_charges() -> None:
-    recent = ledger_object.new_object(KEY, "gpu-admission", {"new": _entry("new")})
-    recent = ledger_object.replaced(recent, {"new": _entry("new")}, {"gone", "never-settled"}, generation=3)
-    settled = ledger_object.replaced(ledger_object.new_object(KEY, "gpu-admission", part=SETTLED),
+    recent = document.new_object(KEY, "gpu-admission", {"new": _entry("new")})
+    recent = document.replaced(recent, {"new": _entry("new")}, {"gone", "never-settled"}, generation=3)
+    settled = document.replaced(document.new_object(KEY, "gpu-admission", part=SETTLED),
                                      {"kept": _entry("kept"), "gone": _entry("gone")}, generation=3, epoch=7)
-    assert ledger_object.name_of(KEY, SETTLED) == ledger_object.name_of(KEY) + "-settled"
-    parts = {p.part: p for p in map(ledger_object.read, [recent, settled]) if p is not None}
+    assert document.name_of(KEY, SETTLED) == document.name_of(KEY) + "-settled"
+    parts = {p.part: p for p in map(document.read, [recent, settled]) if p is not None}
     assert parts[RECENT].released == {"gone", "never-settled"} and parts[RECENT].generation == 3
     assert parts[SETTLED].generation == 3 and parts[SETTLED].epoch == 7
-    assert set(ledger_object.effective([recent, settled])[KEY]) == {"kept", "new"}
+    assert set(document.effective([recent, settled])[KEY]) == {"kept", "new"}
 
 
 def test_charges_of_pods_not_listed_stand_for_pending_pods_in_an_audit() -> None:
-    obj = ledger_object.new_object(KEY, "gpu-admission", {
+    obj = document.new_object(KEY, "gpu-admission", {
         "stored": _entry("stored"), "coming": _entry("coming", 2, priority="high", models=frozenset({"Tesla-T4"}))})
     listed = [{"metadata": {"name": "stored", "namespace": "ml-a", "uid": "stored"}}]
-    (pod,) = ledger_object.in_flight([obj], listed)
+    (pod,) = document.in_flight([obj], listed)
     assert pod["metadata"] == {"name": "coming", "namespace": "ml-a", "uid": "coming",
-                               "annotations": {ledger_object.IN_FLIGHT: "true"}}
+                               "annotations": {document.IN_FLIGHT: "true"}}
     assert pod["status"] == {"phase": "Pending"}
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
     assert pod["spec"]["priorityClassName"] == "high"

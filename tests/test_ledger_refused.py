@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
 from tests.support import POLICIES
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiSession
+from webhook.ledger.charger import Ledger
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
 from webhook.policy import engine, loader
 from webhook.policy.decision import Decision
 from webhook.policy.request import Request

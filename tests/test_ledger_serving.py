@@ -25,8 +25,9 @@ from tests.cluster.conftest import FAST
 from tests.conftest import StartWebhook, Webhook
 from tests.fakeapi import FakeApiServer
 from tests.support import POLICIES
-from webhook.cluster import ClusterIndex, ledger_serving, ledger_upkeep
-from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster import ClusterIndex
+from webhook.ledger import serving as ledger_serving, upkeep as ledger_upkeep
+from webhook.ledger.settings import LedgerSettings
 from webhook.server.metrics import Metrics
 
 NAMESPACE = "gpu-admission"
@@ -95,7 +96,7 @@ async def test_enforced_caps_without_the_ledger_crd_are_not_ready_until_it_is_in
 ) -> None:
     monkeypatch.setattr(ledger_serving, "RETRY_EVERY", 0.1)
     api.serve("gpuquotaledgers", False)
-    caplog.set_level(logging.INFO, logger="webhook.cluster.ledger_serving")
+    caplog.set_level(logging.INFO, logger="webhook.ledger.serving")
     hook = await _start(start_webhook, api, caps_dir)
     text = await _until(hook, 503)
     for _ in range(100):  # (until the index synced and discovery answered) then the ledger's doing alone

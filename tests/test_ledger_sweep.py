@@ -19,14 +19,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_object import Entry
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
-from webhook.cluster.ledger_upkeep import UNREACHABLE_WINDOWS, Upkeep
 from webhook.cluster.session import ApiSession
+from webhook.ledger import document
+from webhook.ledger.charger import Ledger
+from webhook.ledger.document import Entry
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
+from webhook.ledger.upkeep import UNREACHABLE_WINDOWS, Upkeep
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.view.protocol import KNOWN, Availability
 
@@ -65,7 +65,7 @@ def _entry(name: str) -> Entry:
 
 
 def _charged(api: FakeApiServer) -> set[str]:
-    return set(ledger_object.effective(api.objects("GPUQuotaLedger")).get(KEY, {}))
+    return set(document.effective(api.objects("GPUQuotaLedger")).get(KEY, {}))
 
 
 async def _sweep(upkeep: Upkeep, api: FakeApiServer, expected: set[str]) -> set[str]:
@@ -97,7 +97,7 @@ async def test_only_a_pod_seen_to_exist_keeps_its_charge_past_the_window(api: Fa
     api.fail_next(10_000, 503, path_contains="/pods/away")
     clock = [START + WINDOW + 1]
     async for upkeep in _upkeep(api, clock):
-        upkeep.ledger.store.known(api.add(ledger_object.new_object(KEY, NAMESPACE, charges)))
+        upkeep.ledger.store.known(api.add(document.new_object(KEY, NAMESPACE, charges)))
         kept = {live["metadata"]["uid"], "uid-away"}
         assert await _sweep(upkeep, api, kept) == kept
         assert not api.requests(path_contains="ghost")  # (nothing to read: no pod can have that name)

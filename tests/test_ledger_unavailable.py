@@ -19,11 +19,11 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from tests.support import POLICIES, free_port
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiSession
+from webhook.ledger.charger import Ledger
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
 from webhook.policy import engine, loader
 from webhook.policy.request import Request
 from webhook.server import charging

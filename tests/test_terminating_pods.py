@@ -3,7 +3,7 @@
 kube-apiserver's pod evaluator (QuotaV1Pod) counts a pod being deleted until
 ``deletionTimestamp + deletionGracePeriodSeconds`` has passed. The rule
 (``webhook.kube.termination``), the live index's usage sums (with its clock),
-the recount (``webhook.cluster.recount``) and the pod watch
+the recount (``webhook.ledger.recount``) and the pod watch
 (``PodFollower``) all count so: a pod deleted with a 1 h grace period that
 stays Terminating keeps its charge, and one past it does not.
 """
@@ -16,9 +16,9 @@ from decimal import Decimal
 from typing import Any
 
 from tests.support import POLICIES
-from webhook.cluster import recount
-from webhook.cluster.ledger_upkeep import PodFollower
 from webhook.kube import termination
+from webhook.ledger import recount
+from webhook.ledger.upkeep import PodFollower
 from webhook.policy import loader
 from webhook.policy.charges import LedgerKey
 from webhook.view.aggregates import Aggregates

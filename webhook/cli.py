@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import __version__, certs
-from webhook.cluster import ledger_settings
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
+from webhook.ledger import settings as ledger_settings
 from webhook.logs import FORMATS
 from webhook.registry import flags
 from webhook.server.loop import CHOICES as EVENT_LOOPS

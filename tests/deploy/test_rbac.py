@@ -66,16 +66,16 @@ def test_the_role_covers_what_the_index_watches() -> None:
 def test_server_writes_only_the_quota_ledger_and_only_in_its_namespace() -> None:
     role = deploy_tree.one("Role", "gpu-admission-quota-ledger", docs=BASE)
     assert role["metadata"]["namespace"] == NAMESPACE
-    from webhook.cluster import ledger_object
+    from webhook.ledger import document
 
     assert _grants(role["rules"]) == {
-        (ledger_object.GROUP, ledger_object.PLURAL, ()): {"get", "list", "watch", "create", "update", "patch"}}
-    crd = deploy_tree.one("CustomResourceDefinition", f"{ledger_object.PLURAL}.{ledger_object.GROUP}", docs=BASE)
-    assert crd["spec"]["scope"] == "Namespaced" and crd["spec"]["names"]["kind"] == ledger_object.KIND
+        (document.GROUP, document.PLURAL, ()): {"get", "list", "watch", "create", "update", "patch"}}
+    crd = deploy_tree.one("CustomResourceDefinition", f"{document.PLURAL}.{document.GROUP}", docs=BASE)
+    assert crd["spec"]["scope"] == "Namespaced" and crd["spec"]["names"]["kind"] == document.KIND
     # no other role anywhere under deploy/ grants the ledger: editing it would free quota
     for doc in deploy_tree.manifests():
         if doc.kind in ("Role", "ClusterRole") and doc.name != "gpu-admission-quota-ledger":
-            assert not any(ledger_object.PLURAL in r.get("resources", []) or "*" in r.get("resources", [])
+            assert not any(document.PLURAL in r.get("resources", []) or "*" in r.get("resources", [])
                            for r in doc.body.get("rules") or []), doc.where
         labels = (doc.body.get("metadata") or {}).get("labels") or {}
         assert not any(k.startswith("rbac.authorization.k8s.io/aggregate-to") for k in labels), doc.where

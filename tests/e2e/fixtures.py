@@ -9,7 +9,7 @@ from kubernetes import client
 
 from tests.e2e.admission import NAMESPACE, Admission
 from tests.e2e.kube import Kube, Object, eventually
-from webhook.cluster import ledger_object
+from webhook.ledger import document
 
 
 def _labelled_policy(name: str, label: str, kinds: str, rules: str) -> str:
@@ -229,20 +229,20 @@ def wait_for_view(admin: Kube, admission: Admission, resource: str, api_version:
 def ledgers(admin: Kube) -> list[dict[str, Any]]:
     """The GPU quota ledger objects the suite's server writes."""
     custom = client.CustomObjectsApi(admin.api)
-    listed: Any = custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, NAMESPACE,
-                                                       ledger_object.PLURAL)
+    listed: Any = custom.list_namespaced_custom_object(document.GROUP, document.VERSION, NAMESPACE,
+                                                       document.PLURAL)
     return list(listed["items"])
 
 
-def ledger(admin: Kube, scope: str, group: str) -> dict[str, ledger_object.Entry]:
+def ledger(admin: Kube, scope: str, group: str) -> dict[str, document.Entry]:
     """What one ledger holds, by pod uid ({} before the ledger exists)."""
-    for key, held in ledger_object.effective(ledgers(admin)).items():
+    for key, held in document.effective(ledgers(admin)).items():
         if key.scope == scope and key.group == group:
             return held
     return {}
 
 
-def charged(admin: Kube, namespace: str) -> dict[str, ledger_object.Entry]:
+def charged(admin: Kube, namespace: str) -> dict[str, document.Entry]:
     """The charges of one namespace's pods, in whichever ledger holds them (its team's, or its own)."""
-    return {uid: entry for held in ledger_object.effective(ledgers(admin)).values() for uid, entry in held.items()
+    return {uid: entry for held in document.effective(ledgers(admin)).values() for uid, entry in held.items()
             if entry.holding.namespace == namespace}

@@ -34,8 +34,8 @@ from tests.e2e.apiserver import REPO
 from tests.e2e.conftest import Burst
 from tests.e2e.fixtures import BURST_LABEL, charged, gpu_container, ledger, ledgers, native_quota, pod
 from tests.e2e.kube import Kube, Object, Refused, eventually
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger_object import Entry
+from webhook.ledger import document
+from webhook.ledger.document import Entry
 from webhook.policy.charges import Holding, LedgerKey
 
 DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
@@ -94,8 +94,8 @@ def test_24_pods_at_once_into_a_teams_two_namespaces_fill_its_cap_of_8_exactly(a
     time.sleep(QUOTA_WINDOW + 2)
     assert set(ledger(admin, "team", team)) == uids
     # and they were settled: moved out of the part admission writes, which stays small
-    parts = [p for p in map(ledger_object.read, ledgers(admin)) if p is not None and p.key.group == team]
-    assert {p.part: set(p.charges) for p in parts} == {ledger_object.RECENT: set(), ledger_object.SETTLED: uids}
+    parts = [p for p in map(document.read, ledgers(admin)) if p is not None and p.key.group == team]
+    assert {p.part: set(p.charges) for p in parts} == {document.RECENT: set(), document.SETTLED: uids}
     with pytest.raises(Refused) as refused:
         admin.create(pod("one-more", a, gpu_container()))
     assert f"team {team} (team={team}) uses 8 of 8 nvidia.com/gpu" in refused.value.message, refused.value.message
@@ -247,8 +247,8 @@ def test_audit_counts_charges_in_flight_as_used(admin: Kube, admission: Admissio
                for p in made}
     entries |= {f"in-flight-{i}": Entry(Holding(namespace, f"coming-{i}", "", None, one), time.time()) for i in range(2)}
     client.CustomObjectsApi(admin.api).create_namespaced_custom_object(
-        ledger_object.GROUP, ledger_object.VERSION, ledgers, ledger_object.PLURAL,
-        ledger_object.new_object(key, ledgers, entries))
+        document.GROUP, document.VERSION, ledgers, document.PLURAL,
+        document.new_object(key, ledgers, entries))
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(yaml.safe_dump(pod("next", namespace, gpu_container())))
 

@@ -21,12 +21,12 @@ from prometheus_client import CollectorRegistry
 
 from tests.e2e.admission import Admission
 from tests.e2e.kube import Kube
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger import Ledger, Settlement
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiSession
+from webhook.ledger import document
+from webhook.ledger.charger import Ledger, Settlement
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
 from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
 
 MODEL = "nvidia.com/gpu.product"
@@ -75,8 +75,8 @@ def _charge(key: LedgerKey, cap: int = 8, gpus: int = 1, namespace: str = "ml-a"
 def _stored(admin: Kube, namespace: str, key: LedgerKey) -> dict[str, Any]:
     """What the ledger holds, both its parts read."""
     listed = client.CustomObjectsApi(admin.api).list_namespaced_custom_object(
-        ledger_object.GROUP, ledger_object.VERSION, namespace, ledger_object.PLURAL)
-    return dict(ledger_object.effective(listed["items"]).get(key, {}))  # type: ignore[index]
+        document.GROUP, document.VERSION, namespace, document.PLURAL)
+    return dict(document.effective(listed["items"]).get(key, {}))  # type: ignore[index]
 
 
 async def _timed(coroutine: Any) -> tuple[Settlement, float]:
@@ -131,8 +131,8 @@ async def test_a_deleted_ledger_object_comes_back_with_the_pods_the_view_shows(a
     async with Replicas(admin, namespace, 1) as (ledger,):
         ledger.store.seeder = seed
         assert (await ledger.settle([_charge(key, cap=4)], False)).charged  # created with the 3, then 1 more
-        admin.delete({"apiVersion": ledger_object.API_VERSION, "kind": ledger_object.KIND,
-                      "metadata": {"name": ledger_object.name_of(key), "namespace": namespace}})
+        admin.delete({"apiVersion": document.API_VERSION, "kind": document.KIND,
+                      "metadata": {"name": document.name_of(key), "namespace": namespace}})
         # the cached object is gone: the next write finds out, and starts again from the view
         again = await ledger.settle([_charge(key, cap=4)], False)
         assert again.charged

@@ -20,7 +20,7 @@ from tests.e2e.apiserver import ApiServer
 from tests.e2e.conftest import Burst
 from tests.e2e.fixtures import charged, gpu_container, ledgers, pod
 from tests.e2e.kube import Kube, Refused, eventually
-from webhook.cluster import ledger_object
+from webhook.ledger import document
 
 USER = "e2e-team-editor"
 
@@ -45,7 +45,7 @@ def team_editor(admin: Kube, apiserver: ApiServer, burst: Burst, tmp_path: Path)
 def _allowed(admin: Kube, user: str, verb: str, groups: list[str] | None = None) -> bool:
     review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
         user=user, groups=groups, resource_attributes=client.V1ResourceAttributes(
-            namespace=NAMESPACE, verb=verb, group=ledger_object.GROUP, resource=ledger_object.PLURAL)))
+            namespace=NAMESPACE, verb=verb, group=document.GROUP, resource=document.PLURAL)))
     answer = client.AuthorizationV1Api(admin.api).create_subject_access_review(review)
     return answer.status is not None and bool(answer.status.allowed)
 
@@ -59,20 +59,20 @@ def test_a_namespace_editor_cannot_free_quota_by_editing_the_ledger(admin: Kube,
     assert len(charges) == 5
     custom = client.CustomObjectsApi(user.api)
     # the namespace's charges are in its team's ledger (its namespace cap is judged there)
-    (key,) = {k for k, held in ledger_object.effective(ledgers(admin)).items() if set(held) & set(charges)}
-    name = ledger_object.name_of(key)
+    (key,) = {k for k, held in document.effective(ledgers(admin)).items() if set(held) & set(charges)}
+    name = document.name_of(key)
     attempts = {
         "patch": lambda: custom.patch_namespaced_custom_object(
-            ledger_object.GROUP, ledger_object.VERSION, NAMESPACE, ledger_object.PLURAL, name,
+            document.GROUP, document.VERSION, NAMESPACE, document.PLURAL, name,
             {"status": {"charges": ""}}),
         "delete": lambda: custom.delete_namespaced_custom_object(
-            ledger_object.GROUP, ledger_object.VERSION, NAMESPACE, ledger_object.PLURAL, name),
+            document.GROUP, document.VERSION, NAMESPACE, document.PLURAL, name),
         "create": lambda: custom.create_namespaced_custom_object(
-            ledger_object.GROUP, ledger_object.VERSION, NAMESPACE, ledger_object.PLURAL,
-            {"apiVersion": ledger_object.API_VERSION, "kind": ledger_object.KIND,
+            document.GROUP, document.VERSION, NAMESPACE, document.PLURAL,
+            {"apiVersion": document.API_VERSION, "kind": document.KIND,
              "metadata": {"name": "mine"}, "spec": {"scope": "namespace", "group": namespace, "modelLabel": "x"}}),
         "get": lambda: custom.get_namespaced_custom_object(
-            ledger_object.GROUP, ledger_object.VERSION, NAMESPACE, ledger_object.PLURAL, name),
+            document.GROUP, document.VERSION, NAMESPACE, document.PLURAL, name),
     }
     for verb, attempt in attempts.items():
         with pytest.raises(ApiException) as refused:

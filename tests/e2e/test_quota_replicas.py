@@ -29,7 +29,7 @@ from tests.e2e.fixtures import BURST_LABEL, BURST_POLICY, RESERVE_CAP, RESERVE_L
 from tests.e2e.kube import Kube, eventually
 from tests.e2e.replicas import Replica, Replicas
 from tests.support import POLICIES
-from webhook.cluster import reservation
+from webhook.ledger import reservation
 
 CAP, REVIEWS, REPETITIONS = 8, 48, 20
 #: long enough that no burst outlasts it (a burst takes about a second), short enough to wait for

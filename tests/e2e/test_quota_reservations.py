@@ -14,7 +14,7 @@ from tests.e2e.conftest import Burst
 from tests.e2e.fixtures import BURST_LABEL, RESERVE_CAP, RESERVE_LABEL, charged, gpu_container, ledgers, pod
 from tests.e2e.kube import Kube, Object, eventually
 from tests.e2e.test_quota_burst import DENIED, create_at_once, stored
-from webhook.cluster import ledger_object, reservation
+from webhook.ledger import document, reservation
 
 RESERVED = "gpu_admission_quota_reserved_charges_total"
 
@@ -26,7 +26,7 @@ def _reserved(admission: Admission) -> float:
 
 
 def _reservations(admin: Kube) -> list[str]:
-    return [uid for held in ledger_object.effective(ledgers(admin)).values() for uid in held
+    return [uid for held in document.effective(ledgers(admin)).values() for uid in held
             if reservation.is_reservation(uid)]
 
 

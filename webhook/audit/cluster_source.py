@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
-from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, ledger_object, listing, load_api_client, pods
-from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
+from webhook.ledger import document
+from webhook.ledger.settings import LedgerSettings
 from webhook.policy.loader import PolicySet
 from webhook.view.snapshot import SnapshotView
 
@@ -95,14 +96,14 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
 def _in_flight(api_client: ApiClient, namespace: str, pods: list[dict[str, Any]], page_size: int,
                notes: list[str]) -> list[dict[str, Any]]:
     """The charges of the GPU quota ledgers whose pods are not listed (admitted, not stored yet), as pods."""
-    lister = listing.namespaced_lister(api_client, ledger_object.GROUP, ledger_object.VERSION, ledger_object.PLURAL,
+    lister = listing.namespaced_lister(api_client, document.GROUP, document.VERSION, document.PLURAL,
                                        namespace)
     try:
         ledgers = list(listing.list_all(lister, f"GPU quota ledgers in {namespace}", page_size))
     except ClusterError as exc:
         notes.append(f"{exc}: charges in flight not counted")
         return []
-    found = ledger_object.in_flight(ledgers, pods)
+    found = document.in_flight(ledgers, pods)
     if found:
         named = ", ".join(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in found[:5])
         more = f" and {len(found) - 5} more" if len(found) > 5 else ""

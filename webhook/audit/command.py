@@ -146,7 +146,7 @@ def _sources(
     """The view, and the documents to audit."""
     if args.cluster:
         from webhook.audit import cluster_source
-        from webhook.cluster.ledger_settings import LedgerSettings
+        from webhook.ledger.settings import LedgerSettings
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(

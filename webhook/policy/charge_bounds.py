@@ -17,7 +17,7 @@ pod may list thousands of made-up GPU models beside the real one. So:
   :data:`GPUS_TEXT_MAX` characters written out (more than a few), is
   refused rather than charged (:func:`refusal`).
 
-A line is then at most ``webhook.cluster.ledger_object.LINE_MAX`` (~1.5 KB)
+A line is then at most ``webhook.ledger.document.LINE_MAX`` (~1.5 KB)
 long, whatever the pod.
 """
 

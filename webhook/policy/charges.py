@@ -6,7 +6,7 @@ it also states, as plain data, what the pod would *charge*: one
 :class:`Charge` per ledger (a namespace's, or a team's), holding what the pod
 holds (:class:`Holding`) and the caps to check it against (:class:`CapCheck`).
 The engine stays pure: the server writes the charges to the ledger in the API
-server (``webhook.cluster.ledger``) and judges them there, against every
+server (``webhook.ledger.charger``) and judges them there, against every
 charge the ledger holds, with :class:`Tally`; docs/quota.md says why that
 cannot overshoot a cap.
 """

@@ -16,8 +16,8 @@ from aiohttp import web
 
 from webhook import logs
 from webhook.cluster import ClusterIndex
-from webhook.cluster.ledger import Ledger
 from webhook.errors import CertificateError
+from webhook.ledger.charger import Ledger
 from webhook.policy.loader import PolicySet
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView

@@ -2,7 +2,7 @@
 
 The engine states what an allowed pod charges to the caps it enforces
 (``Decision.charges``); this is where the server charges them
-(``webhook.cluster.ledger``), on a dry run judges them only, and turns what
+(``webhook.ledger.charger``), on a dry run judges them only, and turns what
 the ledger says into the answer: a denial naming the cap and where the
 team's GPUs are, or, when the ledger cannot be reached within the budget,
 what each rule's ``clusterUnavailable`` says (fail-open: allowed, with a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from webhook.cluster.ledger import Ledger
+from webhook.ledger.charger import Ledger
 from webhook.policy import charges
 from webhook.policy.decision import Decision
 from webhook.policy.request import Request

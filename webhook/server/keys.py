@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from webhook.cluster.ledger import Ledger
+from webhook.ledger.charger import Ledger
 from webhook.logs import Output
 from webhook.registry.resolver import Resolver
 from webhook.server.evaluation import Turns

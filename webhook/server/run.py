@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from webhook import certs, cluster, collector, compiled, logs
-from webhook.cluster import ClusterIndex, ledger_settings, ledger_upkeep
+from webhook.cluster import ClusterIndex
 from webhook.cluster.discovery import served_resources
+from webhook.ledger import settings as ledger_settings, upkeep as ledger_upkeep
 from webhook.registry import flags
 from webhook.server import listener, loop
 from webhook.server.app import AppConfig, LedgerBuilder, create_app

@@ -15,9 +15,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger_metrics import LedgerMetrics
 from webhook.cluster.session import ApiError, ApiSession
+from webhook.ledger import document
+from webhook.ledger.metrics import LedgerMetrics
 from webhook.policy import charges
 from webhook.policy.loader import PolicySet
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 #: seconds between discovery checks while the resource is not served (or discovery failed), and once it is
 RETRY_EVERY, CHECK_EVERY = 5.0, 60.0
 #: the discovery document of the ledger's group and version
-DISCOVERY_PATH = f"/apis/{ledger_object.GROUP}/{ledger_object.VERSION}"
+DISCOVERY_PATH = f"/apis/{document.GROUP}/{document.VERSION}"
 CRD_FILE = "deploy/base/quota-ledger-crd.yaml"
 
 
@@ -51,7 +51,7 @@ class LedgerServing:
                 self._note(True if self.served is None else self.served)
             return
         plurals = {str(r.get("name") or "") for r in found.get("resources") or () if isinstance(r, dict)}
-        self._note(ledger_object.PLURAL in plurals)
+        self._note(document.PLURAL in plurals)
 
     def _note(self, served: bool) -> None:
         self.served = served
@@ -81,7 +81,7 @@ class LedgerServing:
         if self.served is None:
             return "GPU quota ledger: API discovery not answered yet"
         return (f"GPU quota caps are enforced (policies {', '.join(enforcing)}) but the API server does not serve "
-                f"GPUQuotaLedgers ({ledger_object.PLURAL}.{ledger_object.GROUP}/{ledger_object.VERSION}: 404): "
+                f"GPUQuotaLedgers ({document.PLURAL}.{document.GROUP}/{document.VERSION}: 404): "
                 f"every pod would be admitted unchecked; install {CRD_FILE}")
 
     async def run(self) -> None:

@@ -12,7 +12,7 @@ the ledger holds:
   every write;
 - the **settled** part (``name_of(key, SETTLED)``): charges of pods the
   cluster view has seen stored, moved there in batches by the upkeep
-  (``webhook.cluster.ledger_upkeep``), with a ``generation`` counted up on
+  (``webhook.ledger.upkeep``), with a ``generation`` counted up on
   every write and the ``recentEpoch`` of the recent part it was settled from.
 
 What the ledger holds is the settled part (at least at ``settledGeneration``)

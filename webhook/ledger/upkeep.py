@@ -14,7 +14,7 @@
   released all the same once ``UNREACHABLE_WINDOWS`` windows old.
 - Every ``--quota-recount`` seconds, and when the index lists the pods again
   or a namespace's labels change, each ledger is recounted from the view's
-  pods (``webhook.cluster.recount``): a pod holding GPUs without a charge is
+  pods (``webhook.ledger.recount``): a pod holding GPUs without a charge is
   charged, a charge the policies no longer make is removed.
 - Every replica watches the ledger objects, so each knows the others' charges.
 """
@@ -34,17 +34,18 @@ from urllib.parse import quote
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from webhook.cluster import kinds, ledger_object, recount, reservation
+from webhook.cluster import kinds
 from webhook.cluster.index import ClusterIndex
-from webhook.cluster.ledger import Ledger
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_object import Entry
-from webhook.cluster.ledger_serving import LedgerServing
-from webhook.cluster.ledger_settings import LedgerSettings
-from webhook.cluster.ledger_store import LedgerStore
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.kube import names, termination
+from webhook.ledger import document, recount, reservation
+from webhook.ledger.charger import Ledger
+from webhook.ledger.document import Entry
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.serving import LedgerServing
+from webhook.ledger.settings import LedgerSettings
+from webhook.ledger.store import LedgerStore
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.policy.loader import PolicySet
 from webhook.view.aggregates import pod_key
@@ -52,7 +53,7 @@ from webhook.view.protocol import Object
 
 log = logging.getLogger(__name__)
 
-KIND = kinds.Kind(ledger_object.PLURAL, ledger_object.KIND, ledger_object.API_VERSION, "CustomObjectsApi",
+KIND = kinds.Kind(document.PLURAL, document.KIND, document.API_VERSION, "CustomObjectsApi",
                   "list_namespaced_custom_object")
 #: event-driven releases wait up to this long (at random), so that of the replicas that all saw the
 #: pod go, one usually writes and the others find the charge gone already
@@ -257,7 +258,7 @@ class Upkeep:
             # write the precondition below sees, and one that went before is not in the view
             obj, recent = await store.current(key, True, 10.0)
             settled = await store.settled(key, recent.generation, 10.0, fresh=True) if recent.generation else None
-            held = ledger_object.holdings(recent, settled)
+            held = document.holdings(recent, settled)
             expected = await self.seed(key)
             now = store.now()
             added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in held}
@@ -422,8 +423,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
         custom = client.CustomObjectsApi(api_client)
 
         def lister(**options: Any) -> Any:
-            return custom.list_namespaced_custom_object(ledger_object.GROUP, ledger_object.VERSION, settings.namespace,
-                                                        ledger_object.PLURAL, **options)
+            return custom.list_namespaced_custom_object(document.GROUP, document.VERSION, settings.namespace,
+                                                        document.PLURAL, **options)
 
         watch = ResourceWatch(KIND, lister, kinds.shaper(KIND, lambda _: True), WatchSettings(),
                               clock=time.monotonic, rng=random.Random(), listener=LedgerFollower(upkeep))

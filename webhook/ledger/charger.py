@@ -1,7 +1,7 @@
 """The GPU quota ledger: charges written to the API server before a pod is allowed, shared by every replica.
 
 A pod's charges (``webhook.policy.charges``) go to one ledger each
-(``webhook.cluster.ledger_object``, ``webhook.cluster.ledger_store``). Per
+(``webhook.ledger.document``, ``webhook.ledger.store``). Per
 ledger, one writer in this process takes every charge waiting for it, judges
 them in turn against what the ledger holds as last known (a
 :class:`~webhook.policy.charges.Tally`), and writes those that fit in one
@@ -28,12 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from webhook.cluster import ledger_object, reservation
-from webhook.cluster.ledger_object import Entry
-from webhook.cluster.ledger_serving import LedgerServing
-from webhook.cluster.ledger_store import LedgerStore
-from webhook.cluster.reservation import Reservations
 from webhook.cluster.session import ApiError
+from webhook.ledger import document, reservation
+from webhook.ledger.document import Entry
+from webhook.ledger.reservation import Reservations
+from webhook.ledger.serving import LedgerServing
+from webhook.ledger.store import LedgerStore
 from webhook.policy.charges import Charge, LedgerKey, Tally
 from webhook.policy.finding import Finding
 
@@ -259,7 +259,7 @@ class _Writer:
                 settled = await store.settled(self.key, recent.generation, timeout) if recent.generation else None
                 # from here to the write, nothing awaits: what is admitted against reservations meanwhile
                 # takes from what this write leaves them (reservation.py)
-                held = ledger_object.holdings(recent, settled)
+                held = document.holdings(recent, settled)
                 released = [uid for uid in releases if uid in held]
                 ours = reservation.mine(held, reserved.prefix)
                 now = store.now()
@@ -308,7 +308,7 @@ class _Writer:
                     store.metrics.retries.labels("conflict").inc()
                     fresh = True
                 elif exc.status == 404:
-                    store.forget(ledger_object.name_of(self.key))  # deleted meanwhile: created again, seeded
+                    store.forget(document.name_of(self.key))  # deleted meanwhile: created again, seeded
                 elif exc.refused:
                     # refused for what it holds (too large, invalid, forbidden): sending it again, or
                     # letting clusterUnavailable admit, would let whatever made it so past the caps

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from webhook.cluster.ledger_object import Entry
-from webhook.cluster.ledger_settings import LedgerSettings
+from webhook.ledger.document import Entry
+from webhook.ledger.settings import LedgerSettings
 from webhook.policy.charges import Charge, Holding, Tally
 
 PREFIX = "reserved:"

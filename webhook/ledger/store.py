@@ -1,6 +1,6 @@
 """The ledger objects as this process knows them, and every read and write of them.
 
-Each ledger is two objects (``webhook.cluster.ledger_object``): its recent
+Each ledger is two objects (``webhook.ledger.document``): its recent
 part, which admission writes, and its settled part, which
 :meth:`LedgerStore.settle` fills from the recent one in batches. What a
 ledger holds is the settled part (at least at the generation the recent part
@@ -16,11 +16,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from webhook.cluster import ledger_object
-from webhook.cluster.ledger_metrics import LedgerMetrics
-from webhook.cluster.ledger_object import RECENT, SETTLED, Entry, Part
-from webhook.cluster.ledger_settings import LedgerSettings
 from webhook.cluster.session import ApiError, ApiSession
+from webhook.ledger import document
+from webhook.ledger.document import RECENT, SETTLED, Entry, Part
+from webhook.ledger.metrics import LedgerMetrics
+from webhook.ledger.settings import LedgerSettings
 from webhook.policy.charges import Holding, LedgerKey
 
 #: the pods of a ledger's group as the cluster view shows them: what a new ledger starts with
@@ -52,7 +52,7 @@ class LedgerStore:
 
     def holdings(self) -> dict[LedgerKey, dict[str, Entry]]:
         """Every ledger's holdings, as last known."""
-        return {part.key: ledger_object.holdings(part, self._cached(part.key, SETTLED))
+        return {part.key: document.holdings(part, self._cached(part.key, SETTLED))
                 for _, part in self._parts.values() if part.part == RECENT}
 
     def ledgers_of(self, uid: str) -> set[LedgerKey]:
@@ -71,7 +71,7 @@ class LedgerStore:
         return self._per_write.get(key, 1.0)
 
     def _cached(self, key: LedgerKey, part: str) -> Part | None:
-        found = self._parts.get(ledger_object.name_of(key, part))
+        found = self._parts.get(document.name_of(key, part))
         return found[1] if found is not None else None
 
     def known(self, obj: Object, part: Part | None = None) -> Part | None:
@@ -79,9 +79,9 @@ class LedgerStore:
         is known already): kept if newer. What it says, or None when it is not one of ours."""
         name = str((obj.get("metadata") or {}).get("name") or "")
         old = self._parts.get(name)
-        if old is not None and not _newer(ledger_object.resource_version(obj), ledger_object.resource_version(old[0])):
+        if old is not None and not _newer(document.resource_version(obj), document.resource_version(old[0])):
             return old[1]  # (an optimisation only: a stale copy costs a conflict, never a wrong answer)
-        part = part or ledger_object.read(obj)
+        part = part or document.read(obj)
         if part is None:
             return None
         self._parts[name] = (obj, part)
@@ -97,7 +97,7 @@ class LedgerStore:
     def _place(self, key: LedgerKey) -> None:
         """Keep ``_where`` true of the ledger ``key``."""
         recent = self._cached(key, RECENT)
-        held = frozenset(ledger_object.holdings(recent, self._cached(key, SETTLED))) if recent else frozenset()
+        held = frozenset(document.holdings(recent, self._cached(key, SETTLED))) if recent else frozenset()
         before = self._held.get(key, frozenset())
         for uid in before - held:
             keys = self._where.get(uid)
@@ -114,7 +114,7 @@ class LedgerStore:
     async def current(self, key: LedgerKey, fresh: bool, timeout: float) -> tuple[Object, Part]:
         """The ledger's recent part: as last known, or (``fresh``) read now; created (with the pods the
         view shows in its group) when the ledger does not exist yet."""
-        name = ledger_object.name_of(key)
+        name = document.name_of(key)
         if not fresh and name in self._parts:
             return self._parts[name]
         obj = await self._read(name, timeout)
@@ -129,7 +129,7 @@ class LedgerStore:
         cached = self._cached(key, SETTLED)
         if cached is not None and cached.generation >= generation and not fresh:
             return cached
-        obj = await self._read(ledger_object.name_of(key, SETTLED), timeout)
+        obj = await self._read(document.name_of(key, SETTLED), timeout)
         return self.known(obj) if obj is not None else None
 
     async def _read(self, name: str, timeout: float) -> Object | None:
@@ -145,7 +145,7 @@ class LedgerStore:
     async def _create(self, key: LedgerKey, timeout: float) -> Object:
         seeded = await self.seeder(key) if self.seeder is not None else {}
         now = self._clock()
-        body = ledger_object.new_object(key, self.settings.namespace, {u: Entry(h, now) for u, h in seeded.items()})
+        body = document.new_object(key, self.settings.namespace, {u: Entry(h, now) for u, h in seeded.items()})
         obj, created = await self._post(body, timeout)
         if seeded and created:
             self.metrics.corrections.labels("added").inc(len(seeded))
@@ -154,7 +154,7 @@ class LedgerStore:
     async def _post(self, body: Object, timeout: float) -> tuple[Object, bool]:
         """Create a ledger object; the one another replica created first when it exists: (it, created)."""
         try:
-            return await self.session.request("POST", ledger_object.collection_path(self.settings.namespace), body,
+            return await self.session.request("POST", document.collection_path(self.settings.namespace), body,
                                               timeout=timeout), True
         except ApiError as exc:
             if exc.status != 409:
@@ -169,7 +169,7 @@ class LedgerStore:
         ``released``), at ``generation`` when given; ApiError 409 if it changed since. A recent part's
         epoch is counted up; a settled part takes ``epoch``, the recent part's it was settled from."""
         name = str(obj["metadata"]["name"])
-        old = ledger_object.read(obj)
+        old = document.read(obj)
         assert old is not None
         if old.part == RECENT:
             epoch = old.epoch + 1
@@ -179,7 +179,7 @@ class LedgerStore:
         elif epoch is None:
             epoch = old.epoch
         written = await self.session.request("PUT", self._path(name),
-                                             ledger_object.replaced(obj, charges, released, generation, epoch),
+                                             document.replaced(obj, charges, released, generation, epoch),
                                              timeout=timeout)
         part = Part(old.key, old.part, dict(charges), released if old.part == RECENT else frozenset(),
                     old.generation if generation is None else generation, epoch)
@@ -231,16 +231,16 @@ class LedgerStore:
 
     async def _settled_object(self, key: LedgerKey, timeout: float) -> tuple[Object, Part]:
         """The settled part, read now; created empty when there is none."""
-        name = ledger_object.name_of(key, SETTLED)
+        name = document.name_of(key, SETTLED)
         obj = await self._read(name, timeout)
         if obj is None:
-            obj, _ = await self._post(ledger_object.new_object(key, self.settings.namespace, part=SETTLED), timeout)
-        part = self.known(obj) or ledger_object.read(obj)
+            obj, _ = await self._post(document.new_object(key, self.settings.namespace, part=SETTLED), timeout)
+        part = self.known(obj) or document.read(obj)
         assert part is not None
         return self._parts.get(name, (obj, part))
 
     def _path(self, name: str) -> str:
-        return ledger_object.object_path(self.settings.namespace, name)
+        return document.object_path(self.settings.namespace, name)
 
     def pause(self, attempt: int) -> float:
         """Seconds before trying again: short, growing, jittered (replicas that collided spread out)."""
