@@ -27,7 +27,8 @@ spec:
       preferred: [{weight: 10, matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [a]}]}]
       byResource: [{resources: ["nvidia.com/mig-*"], required: [{key: nvidia.com/mig.capable, operator: In, values: ["true"]}]}]
     runtimeClass: {name: nvidia, override: true}
-    priorityClass: {classes: {training: gpu-training, batch: gpu-batch}, default: gpu-default, override: true}
+    priorityClass: {classes: {training: gpu-training, batch: gpu-batch}, default: gpu-default, override: true,
+                    userChoice: {everywhere: [batch], ownClass: allowed-namespaces}}
     securityContext: {level: default}
     shm: {}
     gpuVisibility: {}

@@ -123,10 +123,19 @@ def runtime_class(cfg: RuntimeClassRule) -> str:
 # -- priorityClass
 
 def class_choice(cfg: PriorityClassRule) -> str:
-    """The class the policy gives the pod spec ``t`` ('' for none): ``cfg.classes`` of its workload class, or the default."""
+    """``PriorityClassRule.own`` for the pod spec ``t`` ('' for none): ``cfg.classes`` of its workload
+    class (where its namespace may choose the class, with ``userChoice.ownClass: allowed-namespaces``),
+    or the default."""
     choice = "''" if cfg.default is None else cel.quote(cfg.default)
+    gate = cfg.userChoice if cfg.userChoice is not None and cfg.userChoice.ownClass == "allowed-namespaces" else None
+    fallback = None if gate is None else next((cfg.classes[w] for w in gate.everywhere if w in cfg.classes), cfg.default)
+    otherwise = "''" if fallback is None else cel.quote(fallback)
     for workload_class, priority in reversed(list(cfg.classes.items())):
-        choice = cel.when(f"t.class == {cel.quote(workload_class)}", cel.quote(priority), choice)
+        given = cel.quote(priority)
+        if gate is not None and workload_class not in gate.everywhere:
+            key = cel.quote(gate.namespaceLabelPrefix + workload_class)
+            given = cel.when(f"{key} in variables.nsLabels && variables.nsLabels[{key}] == 'true'", given, otherwise)
+        choice = cel.when(f"t.class == {cel.quote(workload_class)}", given, choice)
     return choice
 
 

@@ -9,7 +9,7 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
-    name = cfg.classes.get(ctx.workload_class) or cfg.default
+    name = cfg.own(ctx.workload_class, ctx.ns_labels)
     current = ctx.spec.get("priorityClassName")
     if not name:
         if current and isinstance(current, str):
@@ -60,8 +60,7 @@ def _judge(ctx: RuleContext, cfg: PriorityClassRule, current: str, own: str | No
     classes = cfg.workload_classes.get(current) if choice is not None else None
     if choice is None or not classes:
         return
-    labels = ctx.ns_labels
-    if any(w in choice.everywhere or labels.get(choice.namespaceLabelPrefix + w) == "true" for w in classes):
+    if any(choice.allows(w, ctx.ns_labels) for w in classes):
         return
     ctx.report(
         f"{where}: PriorityClass {current!r} is for {' or '.join(classes)} pods, which namespace "
@@ -85,7 +84,7 @@ def run_rest(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     """The parts a compiled policy leaves to the webhook (webhook.policy.offload), which need the
     cluster's PriorityClasses: a pod carrying the globalDefault class (the compiled policy keeps a
     class it finds), and the class it set must exist."""
-    name = cfg.classes.get(ctx.workload_class) or cfg.default
+    name = cfg.own(ctx.workload_class, ctx.ns_labels)
     current = ctx.spec.get("priorityClassName")
     if not name or not current:
         return

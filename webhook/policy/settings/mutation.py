@@ -3,6 +3,7 @@ security context, priority class, GPU visibility). docs/policies.md documents ea
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from fnmatch import fnmatchcase
@@ -139,6 +140,16 @@ class ClassChoice(Model):
         description='a namespace labelled <prefix><workload class>: "true" may name that workload class\'s PriorityClass',
     )
     everywhere: list[str] = Field(default=[], description="workload classes whose PriorityClass any namespace may name")
+    ownClass: Literal["anywhere", "allowed-namespaces"] = Field(
+        default="anywhere",
+        description="where a pod's own workload class gives it that class's PriorityClass: anywhere, or only in "
+        "namespaces that may choose the class (elsewhere the PriorityClass of the first class of `everywhere`): "
+        "a class follows from the pod's kind or owner, which whoever creates the workload picks",
+    )
+
+    def allows(self, workload_class: str, ns_labels: Mapping[str, str]) -> bool:
+        """Whether a namespace with ``ns_labels`` may choose ``workload_class``."""
+        return workload_class in self.everywhere or ns_labels.get(self.namespaceLabelPrefix + workload_class) == "true"
 
 
 class PriorityClassRule(RuleBase):
@@ -156,6 +167,15 @@ class PriorityClassRule(RuleBase):
         description="refuse a class of `classes` the pod names that is not its own and its namespace may not choose "
         "(None: keep any)",
     )
+
+    def own(self, workload_class: str | None, ns_labels: Mapping[str, str]) -> str | None:
+        """The PriorityClass the policy gives a pod of ``workload_class`` in a namespace with ``ns_labels``."""
+        name = self.classes.get(workload_class) if workload_class else None
+        choice = self.userChoice
+        if name and workload_class and choice is not None and choice.ownClass == "allowed-namespaces" \
+                and not choice.allows(workload_class, ns_labels):
+            return next((self.classes[w] for w in choice.everywhere if w in self.classes), self.default)
+        return name or self.default
 
     def refused(self, name: str, namespace: str) -> bool:
         """Whether a pod in ``namespace`` may not name the class ``name`` at all."""
