@@ -108,7 +108,14 @@ class CapCheck:
 
 def _count(which: _Which, holding: Holding) -> Decimal:
     """Every GPU of ``holding`` the cap counts (its claims' devices included, as if no other pod named them)."""
-    return _of(which[0], holding.gpus) if _counted(which, holding) else Decimal(0)
+    resource, model, classes, namespace = which
+    if namespace and holding.namespace != namespace:
+        return Decimal(0)
+    if not caps.counts(model, classes, holding.priority, holding.models):
+        return Decimal(0)
+    prefix = resource[:-1] if resource.endswith("*") else None
+    return sum((n for name, n in holding.gpus if name == resource or (prefix is not None and name.startswith(prefix))),
+               Decimal(0))
 
 
 def _counted(which: _Which, holding: Holding) -> bool:
@@ -142,22 +149,32 @@ class _Used:
 
     def gain(self, which: _Which, holding: Holding) -> Decimal:
         """What counting ``holding`` in adds: its own GPUs, and what its claims hold beyond what is counted."""
-        if not _counted(which, holding):
-            return Decimal(0)
-        gain = _of(which[0], holding.own())
-        for ref, n in self._claims(which, holding).items():
-            gain += max(Decimal(0), n - self.claims.get(ref, Decimal(0)))
-        return gain
+        if not holding.claims:
+            return _count(which, holding)
+        return self._gain(which, holding)[0] if _counted(which, holding) else Decimal(0)
 
     def add(self, which: _Which, holding: Holding) -> Decimal:
         """Count ``holding`` in; what it added."""
-        gain = self.gain(which, holding)
+        if not holding.claims:  # (most lines: as fast as a sum)
+            gain = _count(which, holding)
+            self.total += gain
+            return gain
+        if not _counted(which, holding):
+            return Decimal(0)
+        gain, claims = self._gain(which, holding)
         self.total += gain
-        if holding.claims and _counted(which, holding):
-            for ref, n in self._claims(which, holding).items():
-                if n > self.claims.get(ref, Decimal(0)):
-                    self.claims[ref] = n
+        for ref, n in claims.items():
+            if n > self.claims.get(ref, Decimal(0)):
+                self.claims[ref] = n
         return gain
+
+    def _gain(self, which: _Which, holding: Holding) -> tuple[Decimal, dict[_ClaimRef, Decimal]]:
+        """(what a holding with claims the cap counts adds, its claims' devices the cap counts)."""
+        claims = self._claims(which, holding)
+        gain = _of(which[0], holding.own())
+        for ref, n in claims.items():
+            gain += max(Decimal(0), n - self.claims.get(ref, Decimal(0)))
+        return gain, claims
 
     @staticmethod
     def _claims(which: _Which, holding: Holding) -> dict[_ClaimRef, Decimal]:
