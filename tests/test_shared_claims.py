@@ -135,12 +135,11 @@ def test_a_line_states_every_gpu_and_which_come_from_claims_and_reads_back_as_wr
 def test_claims_a_line_cannot_hold_are_read_as_the_pods_own() -> None:
     base = "uid-a ml/a nvidia.com/gpu=4 at=2026-01-01T00:00:00.000Z claims="
     for claims in ("shared:nvidia.com/gpu=5", "shared:nvidia.com/gpu=2;shared:nvidia.com/gpu=2",
-                   "Bad_Name:nvidia.com/gpu=1", "shared:", "shared:nvidia.com/gpu=x"):
-        found = document.entries({"status": {"charges": base + claims + "\n"}})
-        held = found.get("uid-a")
-        assert held is None or (held.holding.claims == () and held.holding.gpus == ((GPU, Decimal(4)),)), claims
-        if held is not None:
-            assert Tally(KEY, {"uid-a": held.holding}).used(_check(100)) == 4, claims
+                   "Bad_Name:nvidia.com/gpu=1", "shared:", "shared:nvidia.com/gpu=x", "shared:nvidia.com/gpu=NaN",
+                   "shared:nvidia.com/gpu=-1"):
+        (held,) = document.entries({"status": {"charges": base + claims + "\n"}}).values()
+        assert held.holding.claims == () and held.holding.gpus == ((GPU, Decimal(4)),), claims
+        assert Tally(KEY, {"uid-a": held.holding}).used(_check(100)) == 4, claims
 
 
 def test_claims_past_their_bound_are_charged_as_the_pods_own() -> None:

@@ -243,11 +243,14 @@ def decode(text: str) -> Entry | None:
     try:
         gpus = _gpus_of(gpus_text)
         at = datetime.fromisoformat(fields.get("at", "").replace("Z", "+00:00")).timestamp()
-        # (claims that do not read, or that hold what the GPUs do not, are read as none: the GPUs then
-        # count as the pod's own, never fewer than it holds)
-        claims = charge_bounds.claims_kept(_claims_of(fields["claims"]), gpus) if fields.get("claims") else ()
     except (InvalidOperation, ValueError):
         return None
+    # (claims that do not read, or that hold what the GPUs do not, are read as none: the GPUs then
+    # count as the pod's own, never fewer than it holds)
+    try:
+        claims = charge_bounds.claims_kept(_claims_of(fields["claims"]), gpus) if fields.get("claims") else ()
+    except (InvalidOperation, ValueError):
+        claims = ()
     if not slash or not namespace or not name or not gpus:
         return None
     models = fields.get("models")
