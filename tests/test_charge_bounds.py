@@ -195,3 +195,43 @@ def test_a_tally_of_kept_models_never_undercounts_a_model_cap(counts: list[int],
         bounded = Tally(KEY, {f"u{i}": Holding("ml-a", f"p{i}", "", charge_bounds.models_kept(models),
                                                (("nvidia.com/gpu", Decimal(n)),)) for i, n in enumerate(counts)})
         assert bounded.used(check) >= real.used(check)
+
+
+_label = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", fullmatch=True)
+#: a ResourceClaim name kube-apiserver accepts: a DNS-1123 subdomain of at most 253 characters
+_claim_name = st.one_of(
+    st.lists(_label, min_size=1, max_size=6).map(".".join).filter(lambda n: len(n) <= 253),
+    # (the longest: 253 characters)
+    st.tuples(_label, st.integers(180, 253)).map(lambda t: (t[0] + "." + ("c" * 62 + ".") * 5)[:t[1]].rstrip(".-")))
+_DRA_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+              "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(claims=st.lists(st.tuples(_claim_name, st.lists(st.integers(1, 10**6), min_size=1, max_size=4)),
+                       min_size=1, max_size=40),
+       shared=st.lists(st.integers(0, 39), max_size=40), gpus=st.integers(0, 8))
+def test_no_charge_line_exceeds_its_bound_whatever_claims_the_pod_names(
+        claims: list[tuple[str, list[int]]], shared: list[int], gpus: int) -> None:
+    # a pod naming any number of ResourceClaims of any names kube-apiserver accepts (some twice), each of
+    # any requests: its line stays within the bound, and counts no fewer GPUs than the pod holds
+    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml-a"}}, _DRA_CLASS]
+    for name, counts in dict(claims).items():
+        requests = [{"name": f"r{i}", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": n}}
+                    for i, n in enumerate(counts)]
+        objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                        "metadata": {"name": name, "namespace": "ml-a"}, "spec": {"devices": {"requests": requests}}})
+    names = [name for name, _ in claims] + [claims[i % len(claims)][0] for i in shared]
+    pod = _pod(limits={"nvidia.com/gpu": gpus} if gpus else {"example.com/other": 1})
+    pod["spec"]["resourceClaims"] = [{"name": f"c{i}", "resourceClaimName": n} for i, n in enumerate(names)]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": f"c{i}"} for i in range(len(names))]
+    view = SnapshotView.from_objects(objects)
+    decision = engine.evaluate(POLICIES_SET, Request.for_object(pod), view, "validate")
+    for charge in decision.charges:
+        line = _line(charge)
+        assert len(line) <= document.LINE_MAX, (len(line), line[:200])
+        assert document.entries({"status": {"charges": line}}) == {charge.uid: Entry(charge.holding, 1767225600.123)}
+        # alone in a ledger, the pod counts every GPU it holds (its claims' devices once each)
+        held = gpus + sum(sum(counts) for counts in dict(claims).values())
+        check = CapCheck("caps", "", "", "nvidia.com/gpu", "*", (), 10**9, False)
+        assert Tally(KEY, {charge.uid: charge.holding}).used(check) >= held

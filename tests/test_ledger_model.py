@@ -15,7 +15,9 @@ sweep or a recount runs.
 Properties: at every step the GPUs of the pods admitted and stored and not
 finished stay within the cap (no interleaving overshoots), and once every
 request has been answered, the window has passed and a recount has run, the
-ledger holds exactly the pods that hold GPUs.
+ledger holds exactly the pods that hold GPUs. Some pods name one of two
+shared ResourceClaims (of 2 and 3 devices) rather than hold a GPU of their
+own: a claim's devices count once however many pods holding GPUs name it.
 """
 
 from __future__ import annotations
@@ -170,8 +172,20 @@ class _Upkeep(Upkeep):
         self.ledger.release_pods(uids, reason)  # (hypothesis orders the requests: no random wait)
 
 
+#: the ResourceClaims pods may share, and their devices: a pod ``p<n>-<claim>`` names one, ``p<n>`` holds a GPU
+CLAIMS = {"s2": 2, "s3": 3}
+
+
+def _claim_of(name: str) -> str:
+    return name.partition("-")[2]
+
+
 def _holding(name: str) -> Holding:
-    return Holding("ml-a", name, "", None, (("nvidia.com/gpu", Decimal(1)),))
+    claim = _claim_of(name)
+    if not claim:
+        return Holding("ml-a", name, "", None, (("nvidia.com/gpu", Decimal(1)),))
+    gpus = (("nvidia.com/gpu", Decimal(CLAIMS[claim])),)
+    return Holding("ml-a", name, "", None, gpus, ((claim, gpus),))
 
 
 def _charge(name: str) -> Charge:
@@ -191,6 +205,7 @@ class World:
     admitted: set[str] = field(default_factory=set)  # allowed by a replica
     refused: set[str] = field(default_factory=set)
     reserving: bool = False
+    claims: bool = False
 
     followers: list[PodFollower] = field(default_factory=list)
 
@@ -198,6 +213,12 @@ class World:
         """The uids of the pods admitted, stored, not finished, and not deleted longer ago than their grace
         period allows (as ResourceQuota counts them): what holds GPUs."""
         return {p["metadata"]["uid"] for p in self.api.pods.values() if _holds(p, self.clock[0])}
+
+    def gpus(self) -> int:
+        """The GPUs the pods that hold GPUs hold: one each, or the devices of the claim they name, once
+        however many of them name it."""
+        names = [p["metadata"]["name"] for p in self.api.pods.values() if _holds(p, self.clock[0])]
+        return sum(1 for n in names if not _claim_of(n)) + sum(CLAIMS[c] for c in {_claim_of(n) for n in names} - {""})
 
 
 async def _quiet() -> None:
@@ -216,7 +237,7 @@ ACTIONS = st.lists(st.tuples(
 RESERVING = {"reserve_max": CAP, "reserve_min": 1, "reserve_share": 1, "record_every": 0.0}
 
 
-async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool) -> None:
+async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, claims: bool = False) -> None:
     api = ModelApi()
     clock = [EPOCH]
     ledgers: list[Ledger] = []
@@ -230,13 +251,16 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
         store.seeder = upkeep.seed
         ledgers.append(replica)
         upkeeps.append(upkeep)
-    world = World(api, ledgers, upkeeps, clock, reserving=reserving, followers=[PodFollower(u) for u in upkeeps])
-    names = iter(f"p{i}" for i in range(1000))
+    world = World(api, ledgers, upkeeps, clock, reserving=reserving, claims=claims,
+                  followers=[PodFollower(u) for u in upkeeps])
+    serials = iter(range(1000))
     stores: dict[str, bool] = {}
 
     for action, pick, flag in actions:
         if action == "admit":
-            name = next(names)
+            name = f"p{next(serials)}"
+            if claims and pick % 3:
+                name += "-" + sorted(CLAIMS)[pick % 2]
             stores[name] = flag or pick % 4 != 0  # most admitted pods are stored; some never appear
             world.tasks[name] = asyncio.ensure_future(ledgers[pick % replicas].settle([_charge(name)], False))
         elif action == "answer" and api.pending:
@@ -276,7 +300,7 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
             world.tasks[f"recount-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].recount())
         await _quiet()
         _collect(world, stores)
-        assert len(world.holding()) <= CAP, (world.holding(), api.charged())
+        assert world.gpus() <= CAP, (world.holding(), api.charged())
 
     # the end: every request answered, every replica's watch current, the window past, a sweep and a recount
     await _drain(world, stores)
@@ -293,7 +317,7 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
                 await _quiet()
     await _drain(world, stores)
     assert set(api.charged()) == world.holding()
-    assert len(world.holding()) <= CAP
+    assert world.gpus() <= CAP
 
 
 async def _drain(world: World, stores: dict[str, bool]) -> None:
@@ -325,16 +349,16 @@ def _collect(world: World, stores: dict[str, bool]) -> None:
             # (a recount may charge a pod admitted against a reservation before its owner recorded it:
             # counted twice, until that owner's next write, which is never too few)
             assert settlement.denials and "of 4 nvidia.com/gpu" in settlement.denials[0].message, settlement
-            assert world.reserving or "uses 4 of 4" in settlement.denials[0].message, settlement
+            assert world.reserving or world.claims or "uses 4 of 4" in settlement.denials[0].message, settlement
             world.refused.add(name)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans())
+@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans(), claims=st.booleans())
 def test_no_interleaving_overshoots_a_cap_and_the_ledger_converges_to_the_pods_that_hold_gpus(
-    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool
+    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, claims: bool
 ) -> None:
-    asyncio.run(_play(actions, replicas, reserving))
+    asyncio.run(_play(actions, replicas, reserving, claims))
 
 
 async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before() -> None:

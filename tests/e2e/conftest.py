@@ -67,6 +67,7 @@ def admission(apiserver: ApiServer, admin: Kube, workdir: Path) -> Iterator[Admi
     (policies / "e2e-quota.yaml").write_text(fixtures.QUOTA_POLICY)
     (policies / "e2e-burst.yaml").write_text(fixtures.BURST_POLICY)
     (policies / "e2e-reserve.yaml").write_text(fixtures.RESERVE_POLICY)
+    (policies / "e2e-claims-cap.yaml").write_text(fixtures.CLAIMS_CAP_POLICY)
     (policies / "e2e-audit.yaml").write_text(fixtures.AUDIT_POLICY)
     (policies / "e2e-exceptions.yaml").write_text(fixtures.EXCEPTION)
     deployed = Admission(apiserver, admin, workdir / "gpu-admission", policies)

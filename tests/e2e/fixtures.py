@@ -31,6 +31,18 @@ QUOTA_POLICY = _labelled_policy("e2e-quota", QUOTA_LABEL, '"*"', """\
         - {scope: namespace, max: 2}
 """)
 
+#: a namespace cap of 4 GPUs, charged to the ledger, in namespaces labelled for it: what a ResourceClaim
+#: of 4 devices fills exactly (tests/e2e/test_dra_shared_claims.py)
+CLAIMS_CAP_LABEL = "e2e.gpu-admission.io/claims-cap"
+CLAIMS_CAP = 4
+CLAIMS_CAP_POLICY = _labelled_policy("e2e-claims-cap", CLAIMS_CAP_LABEL, '"*"', f"""\
+    quota:
+      mode: enforce
+      clusterUnavailable: fail-closed
+      limits:
+        - {{scope: namespace, max: {CLAIMS_CAP}}}
+""")
+
 #: the GPU caps of issue 33's measurements, in namespaces labelled for them: 5 GPUs a namespace,
 #: 8 a team (namespaces sharing a value of the label ``team``), charged to the ledger (docs/quota.md)
 BURST_LABEL = "e2e.gpu-admission.io/burst"

@@ -54,7 +54,7 @@ from typing import Any
 
 from webhook.kube import names
 from webhook.policy import charge_bounds
-from webhook.policy.charges import Holding, LedgerKey
+from webhook.policy.charges import Claims, Gpus, Holding, LedgerKey
 
 GROUP, VERSION, PLURAL, KIND = "gpu-admission.io", "v1alpha1", "gpuquotaledgers", "GPUQuotaLedger"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -198,16 +198,41 @@ def entries(obj: Mapping[str, Any]) -> dict[str, Entry]:
 
 
 def encode(entry: Entry) -> str:
-    """``<namespace>/<name> <resource>=<count>[,…] at=<time>[ priority=<class>][ models=<model>,…]``: names,
-    resources, label values and times hold no spaces, commas or equal signs where these are read."""
+    """``<namespace>/<name> <resource>=<count>[,…] at=<time>[ priority=<class>][ models=<model>,…]
+    [ claims=<claim>:<resource>=<count>[,…][;…]]``: names, resources, label values and times hold no
+    spaces, commas, colons, semicolons or equal signs where these are read.
+
+    The GPUs are everything the pod counts, its claims' devices included; ``claims`` names the
+    ResourceClaims whose devices those are (a claim several pods name counts once). A replica of an
+    older version reads the GPUs and skips ``claims``: it counts each such pod's claims as its own,
+    more than is held, never less."""
     holding = entry.holding
-    gpus = ",".join(f"{name}={_quantity(n)}" for name, n in holding.gpus)
-    text = f"{holding.namespace}/{holding.name} {gpus} at={_time(entry.at)}"
+    text = f"{holding.namespace}/{holding.name} {_gpus(holding.gpus)} at={_time(entry.at)}"
     if holding.priority:
         text += f" priority={holding.priority}"
     if holding.models is not None:
         text += f" models={','.join(sorted(holding.models))}"
+    if holding.claims:
+        text += " claims=" + ";".join(f"{claim}:{_gpus(gpus)}" for claim, gpus in holding.claims)
     return text
+
+
+def _gpus(gpus: Gpus) -> str:
+    return ",".join(f"{name}={_quantity(n)}" for name, n in gpus)
+
+
+def _gpus_of(text: str) -> Gpus:
+    """``<resource>=<count>[,…]`` read (raises InvalidOperation for a count that is not a number)."""
+    return tuple(sorted((n, Decimal(c)) for n, _, c in (g.partition("=") for g in text.split(",") if g)))
+
+
+def _claims_of(text: str) -> Claims:
+    """``<claim>:<resource>=<count>[,…][;…]`` read (raises InvalidOperation for a count that is not a number)."""
+    found = []
+    for item in text.split(";"):
+        claim, _, gpus = item.partition(":")
+        found.append((claim, _gpus_of(gpus)))
+    return tuple(sorted(found))
 
 
 def decode(text: str) -> Entry | None:
@@ -216,26 +241,33 @@ def decode(text: str) -> Entry | None:
     gpus_text, _, rest = rest.partition(" ")
     fields = dict(item.partition("=")[::2] for item in rest.split())
     try:
-        gpus = tuple(sorted((n, Decimal(c)) for n, _, c in (g.partition("=") for g in gpus_text.split(",") if g)))
+        gpus = _gpus_of(gpus_text)
         at = datetime.fromisoformat(fields.get("at", "").replace("Z", "+00:00")).timestamp()
     except (InvalidOperation, ValueError):
         return None
+    # (claims that do not read, or that hold what the GPUs do not, are read as none: the GPUs then
+    # count as the pod's own, never fewer than it holds)
+    try:
+        claims = charge_bounds.claims_kept(_claims_of(fields["claims"]), gpus) if fields.get("claims") else ()
+    except (InvalidOperation, ValueError):
+        claims = ()
     if not slash or not namespace or not name or not gpus:
         return None
     models = fields.get("models")
     # (a line an older replica wrote may name thousands of models: read as every model, and written
     # back bounded)
     kept = charge_bounds.models_kept(frozenset(m for m in models.split(",") if m)) if models is not None else None
-    holding = Holding(namespace, name, fields.get("priority", ""), kept, gpus)
+    holding = Holding(namespace, name, fields.get("priority", ""), kept, gpus, claims)
     return Entry(holding, at)
 
 
 #: the longest line (uid and newline included) :func:`text_of` writes for a charge within
-#: ``webhook.policy.charge_bounds`` (``charge_bounds.refusal`` refuses any other pod): ~1.5 KB, so a
-#: ledger object holds ~1,000 charges even if every pod of the group wrote the longest it can
+#: ``webhook.policy.charge_bounds`` (``charge_bounds.refusal`` refuses any other pod): ~2 KB, so a
+#: ledger object holds ~800 charges even if every pod of the group wrote the longest it can
 LINE_MAX = (names.UID_MAX + 1 + names.LABEL_MAX + 1 + names.SUBDOMAIN_MAX  # <uid> <namespace>/<name>
             + 1 + charge_bounds.GPUS_TEXT_MAX + len(" at=2026-01-01T00:00:00.000Z")
-            + len(" priority=") + names.SUBDOMAIN_MAX + len(" models=") + charge_bounds.MODELS_TEXT_MAX + 1)
+            + len(" priority=") + names.SUBDOMAIN_MAX + len(" models=") + charge_bounds.MODELS_TEXT_MAX
+            + len(" claims=") + charge_bounds.CLAIMS_TEXT_MAX + 1)
 
 
 #: a charge's line, read or written: each ledger is read and written whole on every change, and

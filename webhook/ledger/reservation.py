@@ -52,8 +52,9 @@ def is_reservation(uid: str) -> bool:
 
 
 def shape_of(holding: Holding) -> Shape | None:
-    """The shape a reservation for this pod holds; None for a pod of several resources (charged one by one)."""
-    if len(holding.gpus) != 1:
+    """The shape a reservation for this pod holds; None for a pod of several resources, or naming
+    ResourceClaims (what it adds to a cap depends on whether another pod names them: charged one by one)."""
+    if len(holding.gpus) != 1 or holding.claims:
         return None
     return holding.namespace, holding.priority, holding.models, holding.gpus[0][0]
 

@@ -11,13 +11,18 @@ pod may list thousands of made-up GPU models beside the real one. So:
   together; otherwise the charge holds
   :data:`~webhook.policy.caps.MANY`, which every cap counts, whatever its
   model: never fewer caps than the models named could match;
+- the **ResourceClaims** a pod names (the part of its GPUs another pod may
+  name too, counted once) are kept when they take at most
+  :data:`CLAIMS_TEXT_MAX` characters written out, and their devices are part
+  of the pod's GPUs; otherwise the charge names none (:func:`claims_kept`)
+  and its claims' devices count as its own: never fewer than it holds;
 - a pod whose namespace, name, uid, priority class, GPU resources or counts
   are not what Kubernetes allows (a review forged straight to the webhook's
   port), or whose GPU resources and counts take more than
   :data:`GPUS_TEXT_MAX` characters written out (more than a few), is
   refused rather than charged (:func:`refusal`).
 
-A line is then at most ``webhook.ledger.document.LINE_MAX`` (~1.5 KB)
+A line is then at most ``webhook.ledger.document.LINE_MAX`` (~2 KB)
 long, whatever the pod.
 """
 
@@ -28,6 +33,7 @@ from decimal import Decimal
 
 from webhook.kube import names
 from webhook.policy.caps import MANY, number
+from webhook.policy.charges import Claims, Gpus
 
 #: models a charge names at most, and their characters together (commas included): a pod choosing
 #: among a dozen GPU models of 25 characters is charged as it names them
@@ -35,6 +41,9 @@ MODELS_MAX, MODELS_TEXT_MAX = 32, 512
 #: characters of a charge's GPU resources and counts (``nvidia.com/gpu=1``: 16; a pod asks for one
 #: resource, or a few MIG profiles)
 GPUS_TEXT_MAX = 256
+#: characters of a charge's ResourceClaims (``<claim>:<resource>=<count>[,…][;…]``): a few claims of
+#: usual names (``shared-a100:nvidia.com/gpu=4``: 28)
+CLAIMS_TEXT_MAX = 512
 #: a count: a positive quantity below 10^18 with at most nine decimals (Kubernetes quantities'
 #: precision)
 COUNT_DIGITS, COUNT_DECIMALS = 18, 9
@@ -49,6 +58,33 @@ def models_kept(models: frozenset[str] | None) -> frozenset[str] | None:
             not all(names.is_label_value(m) for m in models):
         return MANY
     return models
+
+
+def claims_kept(claims: Claims, gpus: Gpus) -> Claims:
+    """The ResourceClaims a charge holding ``gpus`` names: ``claims``, or none when they take more than
+    :data:`CLAIMS_TEXT_MAX` characters written out, name what no claim or resource can be called, or hold
+    devices that ``gpus`` does not (their devices then count as the pod's own: never fewer than it holds)."""
+    if not claims:
+        return ()
+    total = dict(gpus)
+    shared: dict[str, Decimal] = {}
+    seen: set[str] = set()
+    for claim, held in claims:
+        if claim in seen or not names.is_dns_subdomain(claim) or not held:
+            return ()
+        seen.add(claim)
+        for resource, n in held:
+            if not names.is_qualified_name(resource) or not is_count(n):
+                return ()
+            shared[resource] = shared.get(resource, Decimal(0)) + n
+    if any(n > total.get(resource, Decimal(0)) for resource, n in shared.items()):
+        return ()
+    return claims if claims_text_size(claims) <= CLAIMS_TEXT_MAX else ()
+
+
+def claims_text_size(claims: Claims) -> int:
+    """Characters of ``<claim>:<resource>=<count>[,…][;…]``, as a charge's line writes them."""
+    return sum(len(claim) + 1 + gpus_text_size(held) + 1 for claim, held in claims) - 1
 
 
 def is_count(n: Decimal) -> bool:

@@ -25,7 +25,7 @@ from webhook.kube.value_text import text
 from webhook.policy import caps as cap_rules
 from webhook.policy import charge_bounds, severity
 from webhook.policy.caps import WHAT_TO_DO, amount, counted, covers, held, number
-from webhook.policy.charges import CapCheck, Charge, Holding, LedgerKey
+from webhook.policy.charges import CapCheck, Charge, Claims, Holding, LedgerKey
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import QuotaLimit, QuotaRule
 from webhook.view import claim_gpus, scheduling
@@ -119,11 +119,13 @@ def _check_caps(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _P
         group = str(_covers(cap, me, ctx.ns_labels))
         sums = usage.in_namespace(group) if cap.scope == "namespace" else usage.in_team(cap.teamLabel, group)
         matcher = counted(cap)
-        used = held(cap, matcher, ctx.is_gpu, sums.items()) + _claimed(ctx, cfg, cap, group, matcher)
+        claimed, claims = _claimed_by_namespace(ctx, cfg, cap, group, matcher)
+        used = held(cap, matcher, ctx.is_gpu, sums.items()) + sum(claimed.values(), Decimal(0))
         if mine is not None:  # the pod being updated does not count against itself
             used -= held(cap, matcher, ctx.is_gpu, mine.amounts)
-        ask = amount(matcher, me.gpus.items())
-        if used + ask > cap.max:
+        # (a ResourceClaim other pods the cap counts name already is counted: it holds nothing more)
+        ask = amount(matcher, me.gpus.items()) - _counted_already(ctx, claims, matcher)
+        if ask and used + ask > cap.max:
             held_in = _holders(ctx, cfg, cap, group, matcher, usage.namespaces, mine) if cap.scope == "team" else ""
             ctx.report(cap_rules.over(ctx.where(), cap.scope, group, cap.teamLabel, cap.model, cap.priorityClasses,
                                       cap.resource, used, cap.max, ask, held_in),
@@ -150,7 +152,8 @@ def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) 
     if refused:
         ctx.report(f"{where}: cannot be charged to the GPU quota ledger: {refused}", field)
         return
-    holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus)
+    holding = Holding(me.namespace, ctx.request.name, me.priority, me.models, gpus,
+                      charge_bounds.claims_kept(_named_claims(ctx), gpus))
     team = _team_ledger(cfg, ctx.ns_labels)
     charges = ctx.sink.charges
     if charges is None:
@@ -167,6 +170,27 @@ def _charge(ctx: RuleContext, cfg: QuotaRule, caps: list[QuotaLimit], me: _Pod) 
                          cap.max, cfg.clusterUnavailable == "fail-closed", cap.scope, group,
                          cap.teamLabel if cap.scope == "team" else "", only)
         charges.append(Charge(key, uid, holding, (check,)))
+
+
+def _named_claims(ctx: RuleContext) -> Claims:
+    """The ResourceClaims the pod names (``resourceClaimName``), with their GPU devices: the part of its
+    GPUs that other pods naming the same claims hold too, counted once in a ledger. The claims its
+    templates make are its own (one per pod), as on the recount of an existing pod, whose template
+    entries stay its own: the line a recount states is the one admission wrote."""
+    if ctx.claims is None:
+        return ()
+    found: dict[str, dict[str, Decimal]] = {}
+    for claim in dra.pod_claims(ctx.spec):
+        if claim.template or not claim.claim:
+            continue
+        devices: dict[str, Decimal] = {}
+        for counts in ctx.claims.counts.get(claim.name, {}).values():
+            for name, n in counts.items():
+                if n and ctx.is_gpu(name):
+                    devices[name] = devices.get(name, Decimal(0)) + n
+        if devices:  # (a claim named twice by one pod: its GPUs count twice in the pod's, once here)
+            found.setdefault(claim.claim, devices)
+    return tuple(sorted((claim, tuple(sorted(devices.items()))) for claim, devices in found.items()))
 
 
 def _team_ledger(cfg: QuotaRule, ns_labels: Mapping[str, str]) -> LedgerKey | None:
@@ -188,7 +212,7 @@ def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, match
     (the usage sums) or DRA claims, each counted as the cap counts them.
     """
     labels_of = _namespace_labels(ctx)
-    claimed = _claimed_by_namespace(ctx, cfg, cap, team, matcher)
+    claimed, _ = _claimed_by_namespace(ctx, cfg, cap, team, matcher)
     holders: dict[str, Decimal] = {}
     for namespace in set(namespaces) | set(claimed):
         if labels_of(namespace).get(cap.teamLabel) != team:
@@ -201,20 +225,39 @@ def _holders(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, team: str, match
     return cap_rules.held_in(holders)
 
 
-def _claimed(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str, matcher: resources.ResourceMatcher) -> Decimal:
-    """Devices of DRA claims held by the pods ``cap`` counts in ``group`` (Pending or Running, not this pod).
-
-    The usage sums hold extended resources only: a claim's devices depend on
-    templates, claims and device classes that change on their own, so they
-    are counted here, over the pods that name claims (few on most clusters).
-    """
-    return sum(_claimed_by_namespace(ctx, cfg, cap, group, matcher).values(), Decimal(0))
+def _counted_already(ctx: RuleContext, counted: Mapping[tuple[str, str], Decimal],
+                     matcher: resources.ResourceMatcher) -> Decimal:
+    """Devices of the pod's claims that ``counted`` (the ResourceClaims of other pods a cap counts)
+    holds already: a claim several pods name counts once."""
+    if ctx.claims is None or not counted:
+        return Decimal(0)
+    found = Decimal(0)
+    seen: set[str] = set()
+    for pod_claim, claim in ctx.claims.held.items():
+        there = counted.get((ctx.request.namespace, claim))
+        if there is None or claim in seen:
+            continue
+        seen.add(claim)
+        mine = sum((n for counts in ctx.claims.counts.get(pod_claim, {}).values() for name, n in counts.items()
+                    if matcher(name) and ctx.is_gpu(name)), Decimal(0))
+        found += min(mine, there)
+    return found
 
 
 def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, group: str,
-                          matcher: resources.ResourceMatcher) -> dict[str, Decimal]:
-    """``_claimed``, per namespace holding some: one pass over the pods that name claims."""
+                          matcher: resources.ResourceMatcher
+                          ) -> tuple[dict[str, Decimal], dict[tuple[str, str], Decimal]]:
+    """Devices of DRA claims held by the pods ``cap`` counts in ``group`` (Pending or Running, not this pod),
+    per namespace holding some; and the ResourceClaims counted, with their devices (counted once however
+    many pods name them).
+
+    The usage sums hold extended resources only: a claim's devices depend on
+    templates, claims and device classes that change on their own, so they
+    are counted here, over the pods that name claims (few on most clusters):
+    one pass over them.
+    """
     total: dict[str, Decimal] = {}
+    counted_devices: dict[tuple[str, str], Decimal] = {}
     labels_of = _namespace_labels(ctx)
     counted_claims: set[tuple[str, str]] = set()  # a ResourceClaim several pods share counts once
     for pod in ctx.view.claim_pods():
@@ -238,11 +281,14 @@ def _claimed_by_namespace(ctx: RuleContext, cfg: QuotaRule, cap: QuotaLimit, gro
                 if (namespace, held) in counted_claims:
                     continue
                 counted_claims.add((namespace, held))
-            devices += sum((n for counts in requests.values() for name, n in counts.items()
-                            if matcher(name) and ctx.is_gpu(name)), Decimal(0))
+            these = sum((Decimal(n) for counts in requests.values() for name, n in counts.items()
+                         if matcher(name) and ctx.is_gpu(name)), Decimal(0))
+            if held:
+                counted_devices[(namespace, held)] = these
+            devices += these
         if devices:
             total[namespace] = total.get(namespace, Decimal(0)) + devices
-    return total
+    return total, counted_devices
 
 
 def _namespace_labels(ctx: RuleContext) -> Callable[[str], dict[str, str]]:
