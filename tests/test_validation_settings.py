@@ -32,6 +32,9 @@ spec:
         ("cudaDriver: {minDrivers: {'12.x': '550'}}", "minDrivers: '12.x': '550' must map a CUDA version to a driver version"),
         ("cudaDriver: {forwardCompat: {mode: always}}", "spec.rules.cudaDriver.forwardCompat.mode: Input should be 'auto' or 'off'"),
         ("cudaDriver: {partial: steer, steer: true}", "spec.rules.cudaDriver.steer: Extra inputs are not permitted"),
+        # an empty class would be no class for the engine and '' for the compiled policies
+        ("priorityClass: {classes: {inference: ''}}", "spec.rules.priorityClass.classes.inference: String should have at least 1 character"),
+        ("priorityClass: {userChoice: {ownClass: everywhere}}", "priorityClass.userChoice.ownClass: Input should be 'anywhere' or 'allowed-namespaces'"),
     ],
 )
 def test_bad_settings_are_refused_with_their_path(rules: str, expected: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import PriorityClassRule
 
@@ -9,7 +11,7 @@ PHASES = ("mutate",)
 
 
 def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
-    name = cfg.own(ctx.workload_class, ctx.ns_labels)
+    name = cfg.own(ctx.workload_class, _labels(ctx))
     current = ctx.spec.get("priorityClassName")
     if not name:
         if current and isinstance(current, str):
@@ -60,7 +62,8 @@ def _judge(ctx: RuleContext, cfg: PriorityClassRule, current: str, own: str | No
     classes = cfg.workload_classes.get(current) if choice is not None else None
     if choice is None or not classes:
         return
-    if any(choice.allows(w, ctx.ns_labels) for w in classes):
+    labels = _labels(ctx)
+    if labels is None or any(choice.allows(w, labels) for w in classes):
         return
     ctx.report(
         f"{where}: PriorityClass {current!r} is for {' or '.join(classes)} pods, which namespace "
@@ -68,6 +71,15 @@ def _judge(ctx: RuleContext, cfg: PriorityClassRule, current: str, own: str | No
         f"{' or '.join(choice.namespaceLabelPrefix + w + '=true' for w in classes)}); {instead}",
         "spec.priorityClassName",
     )
+
+
+def _labels(ctx: RuleContext) -> Mapping[str, str] | None:
+    """The namespace's labels, or None while the cluster view does not know the namespace (a view not
+    synced, or one that has not seen a namespace just made): the classes a namespace may choose are then
+    not judged, rather than judged from labels it may well have. A request reaches the webhooks only for
+    a namespace labelled by the platform, which tenants cannot make; the compiled policies read the
+    namespace from kube-apiserver and always judge (docs/compiled-policies.md)."""
+    return ctx.ns_labels if ctx.view.namespace(ctx.request.namespace) is not None else None
 
 
 def _cluster_default(ctx: RuleContext, name: object) -> bool:
@@ -84,7 +96,7 @@ def run_rest(ctx: RuleContext, cfg: PriorityClassRule) -> None:
     """The parts a compiled policy leaves to the webhook (webhook.policy.offload), which need the
     cluster's PriorityClasses: a pod carrying the globalDefault class (the compiled policy keeps a
     class it finds), and the class it set must exist."""
-    name = cfg.own(ctx.workload_class, ctx.ns_labels)
+    name = cfg.own(ctx.workload_class, _labels(ctx))
     current = ctx.spec.get("priorityClassName")
     if not name or not current:
         return

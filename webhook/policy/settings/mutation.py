@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fnmatch import fnmatchcase
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -155,7 +155,7 @@ class ClassChoice(Model):
 class PriorityClassRule(RuleBase):
     """priorityClassName by workload class; spec.priority is dropped so it is recomputed."""
 
-    classes: dict[str, str] = Field(default={}, description="workload class → PriorityClass name")
+    classes: dict[str, Annotated[str, Field(min_length=1)]] = Field(default={}, description="workload class → PriorityClass name")
     default: str | None = Field(default=None, description="for pods of no listed class")
     override: bool = Field(default=False, description="replace a class the user set")
     refusedClasses: list[str] = Field(
@@ -168,12 +168,13 @@ class PriorityClassRule(RuleBase):
         "(None: keep any)",
     )
 
-    def own(self, workload_class: str | None, ns_labels: Mapping[str, str]) -> str | None:
-        """The PriorityClass the policy gives a pod of ``workload_class`` in a namespace with ``ns_labels``."""
+    def own(self, workload_class: str | None, ns_labels: Mapping[str, str] | None) -> str | None:
+        """The PriorityClass the policy gives a pod of ``workload_class`` in a namespace with ``ns_labels``
+        (None: a namespace the cluster view does not know, whose labels cannot be judged)."""
         name = self.classes.get(workload_class) if workload_class else None
         choice = self.userChoice
         if name and workload_class and choice is not None and choice.ownClass == "allowed-namespaces" \
-                and not choice.allows(workload_class, ns_labels):
+                and ns_labels is not None and not choice.allows(workload_class, ns_labels):
             return next((self.classes[w] for w in choice.everywhere if w in self.classes), self.default)
         return name or self.default
 
