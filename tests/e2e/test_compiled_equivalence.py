@@ -546,3 +546,67 @@ def test_update_forgiveness_does_not_split_on_claims(setups: Setups, admin: Kube
     finally:
         admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
+
+
+def _mx_job(namespace: str, version: str) -> Object:
+    worker = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "mx", "image": "nvcr.io/nvidia/mxnet:23.08-py3", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}
+    return {"apiVersion": f"kubeflow.org/{version}", "kind": "MXJob", "metadata": {"name": "fresh", "namespace": namespace},
+            "spec": {"mxReplicaSpecs": {"Worker": worker}}}
+
+
+def _served_version(admin: Kube) -> str:
+    """A version of MXJob (a kind the webhooks reach) that kube-apiserver began serving just now: the
+    CRD created, or, where it exists, a version added to it."""
+    name = "mxjobs.kubeflow.org"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    try:
+        crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+    except Refused:
+        crd = None
+    if crd is None:
+        version = "v1"
+        admin.create({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
+                      "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+                               "names": {"kind": "MXJob", "plural": "mxjobs", "singular": "mxjob", "listKind": "MXJobList"},
+                               "versions": [{"name": version, "served": True, "storage": True, "schema": schema}]}})
+    else:
+        have = {v["name"] for v in crd["spec"]["versions"]}
+        version = next(f"v{n}" for n in range(2, 100) if f"v{n}" not in have)
+        crd = _bare_crd(crd)
+        crd["spec"]["versions"].append({"name": version, "served": True, "storage": False, "schema": schema})
+        admin.replace(crd)
+    _wait_established(admin, name)
+
+    def served() -> bool:
+        try:
+            admin.dynamic.resources.invalidate_cache()
+            admin.dynamic.resources.get(api_version=f"kubeflow.org/{version}", kind="MXJob")
+            return True
+        except Exception:  # noqa: BLE001 - the discovery client raises several kinds for "not served"
+            return False
+
+    eventually(served, what=f"kubeflow.org/{version} MXJob served")
+    return version
+
+
+def _bare_crd(crd: Object) -> Object:
+    crd = copy.deepcopy(crd)
+    crd["metadata"].pop("managedFields", None)
+    return crd
+
+
+def test_objects_of_a_crd_created_seconds_before(setups: Setups, admin: Kube) -> None:
+    """#43 item 6: an object of a kind kube-apiserver began serving seconds before is judged by the
+    compiled setup as by the webhooks (not refused while kube-apiserver's policy machinery learns
+    the kind)."""
+    namespace = _fresh_namespace(admin, "e2e-crd", {OPT_IN: "true"})
+    try:
+        setups.load(_session_policies(setups.session))
+        version = _served_version(admin)
+        job = _mx_job(namespace, version)
+        webhooks, compiled = (setups.ask(user, job, namespace) for user in (WEBHOOKS_USER, COMPILED_USER))
+        assert webhooks.status < 300, webhooks.message
+        assert compare(webhooks, compiled) == ("same", ""), compiled.message
+    finally:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})

@@ -143,6 +143,7 @@ def _policy_checks(compilation: Compilation) -> list[str]:
         found = check.build(Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu), cfg, podspecs.is_windows("t.spec"))
         if found == "[]":
             continue
+        # (a mutation rule's checks on a built-in kind: the webhook runs it whole on others, offload.built_in)
         active = "ri == 0 && variables.mutating" if check.phase == "M" else "(ri == 0 ? variables.validating : true)"
         lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule, before_name=check.phase == "M")
         per_policy.setdefault(policy.metadata.name, []).append((cel.every(active, cel.negate(lifted)), found))
@@ -166,7 +167,7 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("subjectBefore", podspecs.subject(before_name=True)),
         ("nsLabels", podspecs.namespace_labels()),
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
-        ("mutating", f"variables.live && !({pod_update()})"),
+        ("mutating", f"variables.live && !({pod_update()}) && {BUILT_IN}"),
         ("validating", f"variables.live && (!({pod_update()}) || {_images('object')} != {_images('oldObject')})"),
         ("podSpecPaths", podspecs.patterns(podspecs.starred(compilation.kinds))),
         # the object's pod specs, and on an UPDATE the old object's: all of them (a refusal is forgiven
@@ -189,6 +190,10 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("audits", f"{_texts('MA')} + {_texts('VA')}"),
     ]
     return [{"name": name, "expression": expr} for name, expr in variables]
+
+
+#: the request's kind is ``offload.built_in``
+BUILT_IN = "!request.kind.group.contains('.')"
 
 
 def pod_update() -> str:
