@@ -53,13 +53,16 @@ REPO = Path(__file__).resolve().parents[1]
 OPT_IN = "gpu-admission.io/enabled"
 NAMESPACE, PLAIN = "bench-cel", "bench-cel-none"
 CANARY = "bench-canary"
-#: state → (the namespace its pods are created in, compiled policies installed, webhooks' server or None)
-STATES: dict[str, tuple[str, bool, str | None]] = {
-    "no admission": (PLAIN, False, "whole"),
-    "webhooks alone": (NAMESPACE, False, "whole"),
-    "compiled + slimmed webhooks": (NAMESPACE, True, "slimmed"),
-    "compiled policies alone": (NAMESPACE, True, None),
+#: state → (the namespace its pods are created in, the compiled policies installed ("now", "before"
+#: with ``--before``, or None), webhooks' server or None)
+STATES: dict[str, tuple[str, str | None, str | None]] = {
+    "no admission": (PLAIN, None, "whole"),
+    "webhooks alone": (NAMESPACE, None, "whole"),
+    "compiled + slimmed webhooks": (NAMESPACE, "now", "slimmed"),
+    "compiled policies alone": (NAMESPACE, "now", None),
 }
+#: with ``--before DIR``: another compiled output (e.g. an earlier commit's deploy/compiled/policies) alone
+BEFORE = "compiled alone, --before"
 
 
 def training_pod() -> dict[str, Any]:
@@ -75,7 +78,7 @@ def training_pod() -> dict[str, Any]:
 class Cluster:
     """The apiserver, the two servers, and the states it is put in."""
 
-    def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path) -> None:
+    def __init__(self, apiserver: ApiServer, admin: Kube, folder: Path, before: Path | None = None) -> None:
         self.apiserver, self.admin = apiserver, admin
         policies = folder / "policies"
         shutil.copytree(REPO / "policies", policies)
@@ -90,10 +93,13 @@ class Cluster:
         compiled.mkdir()
         for name, text in files.items():
             (compiled / name).write_text(text)
-        self.compiled = [d for name in (output.VALIDATING, output.MUTATING) if name in files
-                         for d in yaml.safe_load_all(files[name]) if d] + _canaries()
+        self.compiled = {"now": [d for name in (output.VALIDATING, output.MUTATING) if name in files
+                                 for d in yaml.safe_load_all(files[name]) if d] + _canaries("now")}
+        if before is not None:
+            self.compiled["before"] = [d for name in (output.VALIDATING, output.MUTATING) if (before / name).exists()
+                                       for d in yaml.safe_load_all((before / name).read_text()) if d] + _canaries("before")
         self.client = Client(apiserver, admin, WEBHOOKS_USER)
-        self.state: tuple[bool, str | None] = (False, "whole")
+        self.state: tuple[str | None, str | None] = (None, "whole")
 
     def start(self) -> None:
         whole = self.servers["whole"]
@@ -110,15 +116,15 @@ class Cluster:
         for server in self.servers.values():
             server.stop()
 
-    def put(self, compiled: bool, webhooks: str | None) -> None:
+    def put(self, compiled: str | None, webhooks: str | None) -> None:
         """Install or remove the compiled policies, point the webhooks at a server or remove them,
         and wait until kube-apiserver acts so."""
         if compiled != self.state[0]:
-            for doc in self.compiled:
-                if compiled:
-                    self.admin.apply(doc, manager="bench")
-                else:
+            if self.state[0] is not None:
+                for doc in self.compiled[self.state[0]]:
                     self.admin.delete(doc)
+            for doc in self.compiled[compiled] if compiled is not None else []:
+                self.admin.apply(doc, manager="bench")
             eventually(lambda: self._canary() == compiled, timeout=60, what="kube-apiserver acting on the compiled policies")
         if webhooks != self.state[1]:
             configs = webhook_configurations(self.servers[webhooks].port if webhooks else 0)
@@ -140,10 +146,11 @@ class Cluster:
             eventually(lambda: self._answering() == webhooks, timeout=60, what=f"the webhooks reaching {webhooks}")
         self.state = (compiled, webhooks)
 
-    def _canary(self) -> bool:
-        """Whether kube-apiserver runs the compiled policies (the canary applied with them warns)."""
+    def _canary(self) -> str | None:
+        """Which compiled policies kube-apiserver runs (the canary applied with them warns so)."""
         probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CANARY}, "data": {}}
-        return any(w.endswith(CANARY) for w in self.client.create(probe, NAMESPACE).warnings)
+        marks = [w.rsplit(" ", 1)[-1] for w in self.client.create(probe, NAMESPACE).warnings if f"{CANARY} " in w]
+        return marks[0] if len(marks) == 1 else None
 
     def _answering(self) -> str | None:
         """Which server the webhooks call now (a dry-run pod: whose request count moves)."""
@@ -173,13 +180,13 @@ def _with_ca(config: Object, server: Admission) -> Object:
     return config
 
 
-def _canaries() -> list[Object]:
+def _canaries(which: str) -> list[Object]:
     rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": CANARY},
          "spec": {"matchConstraints": {"resourceRules": rules},
                   "matchConditions": [{"name": "canary", "expression": f"object.metadata.name == '{CANARY}'"}],
-                  "validations": [{"expression": "false", "message": CANARY}]}},
+                  "validations": [{"expression": "false", "message": f"{CANARY} {which}"}]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": CANARY},
          "spec": {"policyName": CANARY, "validationActions": ["Warn"]}},
     ]
@@ -227,10 +234,11 @@ def measure(cluster: Cluster, pods: int, clients: int, rounds: int,
             say: Callable[[str], None]) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
     """Every state, ``rounds`` times: latencies per state, and the CPU each process spent per create."""
     processes = cluster.processes()
-    results: dict[str, list[float]] = {state: [] for state in STATES}
-    cpu: dict[str, dict[str, float]] = {state: dict.fromkeys(processes, 0.0) for state in STATES}
+    states = [s for s in STATES if STATES[s][1] in (None, *cluster.compiled)]
+    results: dict[str, list[float]] = {state: [] for state in states}
+    cpu: dict[str, dict[str, float]] = {state: dict.fromkeys(processes, 0.0) for state in states}
     for round_ in range(rounds):
-        order = list(STATES) if round_ % 2 == 0 else list(reversed(STATES))
+        order = states if round_ % 2 == 0 else list(reversed(states))
         for state in order:
             namespace, compiled, webhooks = STATES[state]
             cluster.put(compiled, webhooks)
@@ -244,6 +252,38 @@ def measure(cluster: Cluster, pods: int, clients: int, rounds: int,
     per_create = {state: {name: 1000 * seconds / len(results[state]) for name, seconds in spent.items()}
                   for state, spent in cpu.items()}
     return results, per_create
+
+
+def profile(cluster: Cluster, states: list[str], seconds: int, folder: Path, clients: int,
+            say: Callable[[str], None]) -> None:
+    """kube-apiserver's CPU profile (its /debug/pprof/profile, on by default: ``--profiling``) while
+    pods are created without pause in each of ``states``: ``folder``/<state>.pb.gz, for ``go tool pprof``."""
+    import ssl
+    import urllib.request
+
+    folder.mkdir(parents=True, exist_ok=True)
+    context = ssl.create_default_context(cafile=str(cluster.apiserver.ca_file))
+    for state in states:
+        namespace, compiled, webhooks = STATES[state]
+        cluster.put(compiled, webhooks)
+        found: list[bytes] = []
+
+        def fetch() -> None:
+            request = urllib.request.Request(f"{cluster.apiserver.url}/debug/pprof/profile?seconds={seconds}",
+                                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            with urllib.request.urlopen(request, context=context, timeout=seconds + 60) as response:
+                found.append(response.read())
+
+        fetching = threading.Thread(target=fetch)
+        fetching.start()
+        created = 0
+        while fetching.is_alive():
+            created += len(create_all(cluster.client, namespace, 8 * clients, clients))
+        fetching.join()
+        path = folder / f"{state.replace(' ', '-').replace('+', 'and')}.pb.gz"
+        path.write_bytes(found[0])
+        delete_all(cluster.admin, namespace)
+        say(f"  profile of {state}: {seconds} s, {created} creates: {path}")
 
 
 def report(results: dict[str, list[float]], cpu: dict[str, dict[str, float]], say: Callable[[str], None]) -> None:
@@ -267,6 +307,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="threads creating them")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--k8s", default="1.36.2", help="the kube-apiserver version (tests/e2e finds it)")
+    parser.add_argument("--before", type=Path, metavar="DIR",
+                        help="also measure another compiled output alone (a folder as `policies compile -o` writes)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="then write kube-apiserver's CPU profile of each state with admission to DIR")
+    parser.add_argument("--profile-seconds", type=int, default=20)
     args = parser.parse_args()
     os.environ["GPU_ADMISSION_E2E_K8S"] = args.k8s
     folder = Path(tempfile.mkdtemp(prefix="gpu-admission-bench-cel-"))
@@ -274,13 +319,17 @@ def main() -> None:
     try:
         apiserver.start()
         admin = Kube(apiserver.kubeconfig(folder / "admin.kubeconfig", ADMIN_TOKEN))
-        cluster = Cluster(apiserver, admin, folder)
+        if args.before is not None:
+            STATES[BEFORE] = (NAMESPACE, "before", None)
+        cluster = Cluster(apiserver, admin, folder, args.before)
         cluster.start()
         try:
             print(f"pod creation through kube-apiserver {apiserver.version}: {args.pods} GPU pods per state and round, "
                   f"{args.clients} clients, {args.rounds} round(s), the states taking turns")
             results, cpu = measure(cluster, args.pods, args.clients, args.rounds, print)
             report(results, cpu, print)
+            if args.profile is not None:
+                profile(cluster, [s for s in STATES if s != "no admission"], args.profile_seconds, args.profile, args.clients, print)
         finally:
             cluster.stop()
     finally:

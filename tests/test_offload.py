@@ -4,6 +4,7 @@ skipping what compiled policies run (``serve --compiled``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,41 @@ def test_node_affinity_with_two_requirements_on_one_key_stays_on_the_webhook() -
       required: [{key: zone, operator: In, values: [a, b]}]"""))
     (row,) = offload.coverage(two_keys, (1, 36))
     assert row.status == "compiled" and row.webhook == "none"
+
+
+def _deployment(gpus: str, *, claims: bool) -> dict[str, Any]:
+    pod = _pod(gpus, claims=claims)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"},
+            "spec": {"selector": {}, "template": {"metadata": {}, "spec": pod["spec"]}}}
+
+
+@pytest.mark.parametrize("claims_before", [False, True])
+def test_an_update_moving_a_pod_spec_to_the_webhook_forgives_what_the_old_one_had(claims_before: bool) -> None:
+    # #43 item 3: claims added, the webhook judges the new pod spec whole, and forgives a refusal
+    # the old spec earned although compiled policies judged that one (its old findings are whole)
+    slimmed = _shape_policies()
+    update = replace(Request.for_object(_deployment("0.5", claims=True), operation="UPDATE"),
+                     old_object=_deployment("0.5", claims=claims_before))
+    decision = engine.evaluate(slimmed, update, EMPTY_VIEW, "validate")
+    assert decision.allowed and any("a fraction" in w and "already so before this update" in w for w in decision.warnings)
+
+
+def test_custom_kinds_are_mutated_by_the_webhook_and_built_in_ones_by_the_compiled_policy() -> None:
+    # #43 item 6: kube-apiserver's MutatingAdmissionPolicy refuses a kind it has no schema of yet (a
+    # CRD installed seconds before), so the compiled mutations reach built-in kinds only
+    policy = SHAPE.replace("resourceShape: {mode: enforce, nodeCapacity: true}", "tolerations: {}")
+    plain = loader.load_text(policy + "---\n" + (POLICIES / "workload-kinds.yaml").read_text())
+    found, _ = offload.offload(plain, offload.record(plain, offload.kube_version("1.36")))
+    slimmed = loader.offloaded(plain, found)
+    template = {"spec": _pod("1")["spec"]}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j", "namespace": "ml"},
+           "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": template}}}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"},
+                  "spec": {"selector": {}, "template": template}}
+
+    def changed(policies: loader.PolicySet, obj: dict[str, Any]) -> set[str]:
+        return {c.rule for c in engine.evaluate(policies, Request.for_object(obj), EMPTY_VIEW, "mutate").changes}
+
+    assert "tolerations" in changed(plain, job) and changed(slimmed, job) == changed(plain, job)
+    assert "tolerations" in changed(plain, deployment) and "tolerations" not in changed(slimmed, deployment)
+    assert offload.built_in("apps") and offload.built_in("") and not offload.built_in("kubeflow.org")

@@ -35,13 +35,15 @@ from tests.e2e.apiserver import ApiServer
 from tests.e2e.conftest import ALLOW_CLASSES, OPT_IN
 from tests.e2e.equivalence import (
     _canaries, COMPILED_USER, IN_PROCESS_USER, MUTATED_WARNING, WEBHOOKS_USER, Outcome, Setups, compare, diff, stored,
+    warnings,
 )
 from tests.e2e.kube import Kube, Object, Refused, eventually
 from tests.support import MANIFESTS, POLICIES
 from tests.test_cases import CASES
 from webhook.policy import offload
 
-NAMESPACE = "e2e-equivalence"
+#: a namespace of this run's own: a deleted one stays Terminating (no namespace controller here)
+NAMESPACE = f"e2e-equivalence-{uuid.uuid4().hex[:6]}"
 GENERATED = 300
 #: the generated workloads named as the e2e exception names what it exempts
 EXEMPT_EVERY = 10
@@ -462,3 +464,149 @@ def _acting(setups: Setups, admin: Kube) -> None:
     for doc in _canaries(setups.generation, setups.version):
         admin.apply(doc, manager="e2e-equivalence")
     eventually(setups._canaries_seen, timeout=60, what="kube-apiserver acting on the changed policy")
+
+
+#: a policy whose finding is short: 17 of them, with kube-apiserver's prefix of a Warn validation,
+#: stay within the 4096 characters of warnings it keeps whole (#43 item 5)
+SHORT_WARNINGS = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: p}
+spec:
+  match: {kinds: [Pod]}
+  rules:
+    resourceShape: {mode: warn, migProfiles: [1g.10gb]}
+"""
+MANY_WARNINGS = 17
+
+
+def _fresh_namespace(admin: Kube, prefix: str, labels: dict[str, str]) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    return name
+
+
+def test_every_warning_of_many_reaches_the_user(setups: Setups, admin: Kube) -> None:
+    """#43 item 5: the compiled Warn policy shows every warning kube-apiserver keeps, as the webhook
+    does (17 findings of one policy, one a container)."""
+    namespace = _fresh_namespace(admin, "e2e-w", {OPT_IN: "true"})
+    try:
+        shared = {name: (POLICIES / name).read_text() for name in ("workload-kinds.yaml", "workload-classes.yaml")}
+        setups.load({**shared, "p.yaml": SHORT_WARNINGS})
+        containers = [{"name": chr(ord("a") + i), "image": "nvidia/cuda:12.2.0-base-ubuntu22.04",
+                       "resources": {"limits": {"nvidia.com/mig-1g.20gb": "1"}}} for i in range(MANY_WARNINGS)]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": namespace},
+               "spec": {"containers": containers}}
+        webhooks, compiled = (setups.ask(user, pod, namespace) for user in (WEBHOOKS_USER, COMPILED_USER))
+        assert len(warnings(webhooks)) == MANY_WARNINGS, webhooks.warnings
+        assert compare(webhooks, compiled) == ("same", "")
+    finally:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+
+def _deployment(name: str, namespace: str, claims: bool) -> Object:
+    """A GPU Deployment whose template asks for a MIG profile that is no profile (refused), with or
+    without a DRA claim (which the webhook alone judges)."""
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "nvidia/cuda:12.2.0-base-ubuntu22.04",
+                                            "resources": {"limits": {"nvidia.com/mig-x": "1"}}}]}
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def test_update_forgiveness_does_not_split_on_claims(setups: Setups, admin: Kube) -> None:
+    """#43 item 3: an object that already had a refused finding, updated to add DRA claims to its
+    pod spec or to remove them (the spec then moves between the webhook and the compiled policies),
+    is forgiven by both setups alike."""
+    # the old objects are stored before the namespace opts in: nothing judges them
+    namespace = _fresh_namespace(admin, "e2e-forgive", {})
+    try:
+        cases = {"claims added": (False, True), "claims removed": (True, False)}
+        # (one old object per case: both setups' updates are dry runs of it)
+        stored_old = {label: admin.create(_deployment(f"forgive-{i}", namespace, before), namespace)
+                      for i, (label, (before, _after)) in enumerate(cases.items())}
+        setups.load(_session_policies(setups.session))
+        admin.patch(admin.get("v1", "Namespace", namespace), {"metadata": {"labels": {OPT_IN: "true"}}})
+        probe = _deployment("probe", namespace, False)
+        eventually(lambda: setups.ask(WEBHOOKS_USER, probe, namespace).status >= 400
+                   and setups.ask(COMPILED_USER, probe, namespace).status >= 400, what="the namespace opted in")
+        differences = []
+        for label, (_before, after) in cases.items():
+            old = stored_old[label]
+            new = _deployment(old["metadata"]["name"], namespace, after)
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            webhooks, compiled = (setups.clients[user].replace(new, namespace) for user in (WEBHOOKS_USER, COMPILED_USER))
+            assert webhooks.status < 300, (label, webhooks.message)  # the engine forgives what the old object had
+            verdict, detail = compare(webhooks, compiled)
+            if verdict != "same":
+                differences.append(f"{label}: {verdict}: {detail}")
+        assert not differences, differences
+    finally:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+
+
+def _mx_job(namespace: str, version: str) -> Object:
+    worker = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "mx", "image": "nvcr.io/nvidia/mxnet:23.08-py3", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}
+    return {"apiVersion": f"kubeflow.org/{version}", "kind": "MXJob", "metadata": {"name": "fresh", "namespace": namespace},
+            "spec": {"mxReplicaSpecs": {"Worker": worker}}}
+
+
+def _served_version(admin: Kube) -> str:
+    """A version of MXJob (a kind the webhooks reach) that kube-apiserver began serving just now: the
+    CRD created, or, where it exists, a version added to it."""
+    name = "mxjobs.kubeflow.org"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    try:
+        crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+    except Refused:
+        crd = None
+    if crd is None:
+        version = "v1"
+        admin.create({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
+                      "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+                               "names": {"kind": "MXJob", "plural": "mxjobs", "singular": "mxjob", "listKind": "MXJobList"},
+                               "versions": [{"name": version, "served": True, "storage": True, "schema": schema}]}})
+    else:
+        have = {v["name"] for v in crd["spec"]["versions"]}
+        version = next(f"v{n}" for n in range(2, 100) if f"v{n}" not in have)
+        crd = _bare_crd(crd)
+        crd["spec"]["versions"].append({"name": version, "served": True, "storage": False, "schema": schema})
+        admin.replace(crd)
+    _wait_established(admin, name)
+
+    def served() -> bool:
+        try:
+            admin.dynamic.resources.invalidate_cache()
+            admin.dynamic.resources.get(api_version=f"kubeflow.org/{version}", kind="MXJob")
+            return True
+        except Exception:  # noqa: BLE001 - the discovery client raises several kinds for "not served"
+            return False
+
+    eventually(served, what=f"kubeflow.org/{version} MXJob served")
+    return version
+
+
+def _bare_crd(crd: Object) -> Object:
+    crd = copy.deepcopy(crd)
+    crd["metadata"].pop("managedFields", None)
+    return crd
+
+
+def test_objects_of_a_crd_created_seconds_before(setups: Setups, admin: Kube) -> None:
+    """#43 item 6: an object of a kind kube-apiserver began serving seconds before is judged by the
+    compiled setup as by the webhooks (not refused while kube-apiserver's policy machinery learns
+    the kind)."""
+    namespace = _fresh_namespace(admin, "e2e-crd", {OPT_IN: "true"})
+    try:
+        setups.load(_session_policies(setups.session))
+        version = _served_version(admin)
+        job = _mx_job(namespace, version)
+        webhooks, compiled = (setups.ask(user, job, namespace) for user in (WEBHOOKS_USER, COMPILED_USER))
+        assert webhooks.status < 300, webhooks.message
+        assert compare(webhooks, compiled) == ("same", ""), compiled.message
+    finally:
+        admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})

@@ -18,7 +18,8 @@ from typing import Any
 from webhook.cel import patches, podspecs, scope
 from webhook.cel import syntax as cel
 from webhook.cel.reach import Reach
-from webhook.cel.validating import NAME, Compilation, admission_policy, pod_update
+from webhook.cel.validating import BUILT_IN, NAME, Compilation, admission_policy, pod_update
+from webhook.policy import offload
 
 #: rule → (what the provenance annotation calls its change, its JSONPatch CEL for the pod spec ``t``
 #: given the settings and the policy's GPU test of a resource name ``n``)
@@ -45,14 +46,18 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
         return []
     classes = (podspecs.workload_class(compilation.policies.class_entries, "t.meta", "variables.nsLabels")
                if compilation.needs_class(MUTATIONS) else None)
+    # built-in kinds only (offload.built_in): kube-apiserver refuses a custom kind it has no schema of yet
+    kinds = [k for k in compilation.kinds if offload.built_in(k.group)]
     variables = [
         {"name": "nsLabels", "expression": podspecs.namespace_labels()},
         {"name": "mutating", "expression": f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null && !({pod_update()})"},
-        {"name": "podSpecPaths", "expression": podspecs.patterns(podspecs.starred(compilation.kinds))},
-        {"name": "targets", "expression": podspecs.targets(podspecs.raw_targets("object", compilation.kinds),
-                                                           list(compilation.policies.gpu_resources), classes)},
     ]
-    return admission_policy("MutatingAdmissionPolicy", NAME, reach, {"variables": variables, "mutations": mutations}, {},
+    if podspecs.starred(kinds):
+        variables.append({"name": "podSpecPaths", "expression": podspecs.patterns(podspecs.starred(kinds))})
+    variables.append({"name": "targets", "expression": podspecs.targets(podspecs.raw_targets("object", kinds),
+                                                                        list(compilation.policies.gpu_resources), classes)})
+    built_in = Reach(reach.match_constraints, [*reach.match_conditions, {"name": "built-in-kinds", "expression": BUILT_IN}])
+    return admission_policy("MutatingAdmissionPolicy", NAME, built_in, {"variables": variables, "mutations": mutations}, {},
                             reinvocation="IfNeeded")
 
 

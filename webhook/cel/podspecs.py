@@ -263,17 +263,19 @@ def _entry(m: schema.ClassMatch, labels: str, annotations: str, owners: str, ns_
     return cel.every(*conditions)
 
 
-def targets(raw: str, any_gpu: Sequence[str], classes: str | None) -> str:
+def targets(raw: str, any_gpu: Sequence[str], classes: str | None, every: str = "false") -> str:
     """The records of ``raw`` targets (a list expression) the compiled rules read: pod specs that
     name no DRA claims (the webhook judges those: which claims hand out GPUs is cluster state) and
-    give no GPU a quantity outside ``quantity.PLAIN`` (the webhook judges those too),
-    with their containers, whether any asks for a GPU, and their workload class (when a policy
-    reads it: ``classes`` is ``workload_class`` of ``t.meta``)."""
+    give no GPU a quantity outside ``quantity.PLAIN`` (the webhook judges those too), or all of
+    them where ``every`` (a CEL condition) holds, with their containers, whether any asks for a
+    GPU, and their workload class (when a policy reads it: ``classes`` is ``workload_class`` of
+    ``t.meta``)."""
     full = cel.record(spec="t.spec", meta="t.meta", where="t.where", at="t.at", cs="cs",
                       gpu="cs.exists(c, size(c.gpus) > 0)", **{"class": classes or "''"})
     edge = "c.gpus.exists(n, " + " || ".join(_edge(m, "n") for m in ("c.lim", "c.req")) + ")"
-    return (f"({raw}).transformList(k, t, !('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
-            f".filter(t, !t.cs.exists(c, {edge}))")
+    keep = "" if every == "false" else f"{every} || "
+    return (f"({raw}).transformList(k, t, {keep}!('resourceClaims' in t.spec), [{containers('t.spec', any_gpu)}].map(cs, {full})[0])"
+            f".filter(t, {keep}!t.cs.exists(c, {edge}))")
 
 
 def _edge(values: str, n: str) -> str:

@@ -31,9 +31,17 @@ from webhook.policy import offload
 from webhook.policy.loader import PolicySet
 from webhook.review import MAX_WARNING_CHARS
 
-#: warnings one request can get from compiled checks (each is a validation of the Warn policy)
-WARNING_SLOTS = 16
 NAME = "gpu-admission"
+#: what kube-apiserver writes before each message of a Warn validation (k8s.io/apiserver
+#: admission/plugin/policy/validating/dispatcher.go)
+WARNING_PREFIX = f"Validation failed for ValidatingAdmissionPolicy '{NAME}-warn' with binding '{NAME}-warn': "
+#: kube-apiserver keeps a request's warnings while they total at most 4096 characters; past that it
+#: cuts each to 256 and adds none once 4096 are written (k8s.io/apiserver endpoints/filters/warning.go).
+#: Each of ours is at least its prefix and one character long, so no request shows more than this
+#: many, which is how many the Warn policy has (each is a validation): every warning kube-apiserver
+#: can show is there to be shown
+WARNINGS_SHOWN = 4096
+WARNING_SLOTS = 1 + (WARNINGS_SHOWN - 1) // (len(WARNING_PREFIX) + 1)
 LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "compiled-policy",
           "app.kubernetes.io/part-of": "gpu-admission"}
 
@@ -135,6 +143,7 @@ def _policy_checks(compilation: Compilation) -> list[str]:
         found = check.build(Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu), cfg, podspecs.is_windows("t.spec"))
         if found == "[]":
             continue
+        # (a mutation rule's checks on a built-in kind: the webhook runs it whole on others, offload.built_in)
         active = "ri == 0 && variables.mutating" if check.phase == "M" else "(ri == 0 ? variables.validating : true)"
         lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule, before_name=check.phase == "M")
         per_policy.setdefault(policy.metadata.name, []).append((cel.every(active, cel.negate(lifted)), found))
@@ -158,12 +167,13 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("subjectBefore", podspecs.subject(before_name=True)),
         ("nsLabels", podspecs.namespace_labels()),
         ("live", f"{cel.value_at('object', ['metadata', 'deletionTimestamp'], 'null')} == null"),
-        ("mutating", f"variables.live && !({pod_update()})"),
+        ("mutating", f"variables.live && !({pod_update()}) && {BUILT_IN}"),
         ("validating", f"variables.live && (!({pod_update()}) || {_images('object')} != {_images('oldObject')})"),
         ("podSpecPaths", podspecs.patterns(podspecs.starred(compilation.kinds))),
-        # the object's pod specs, and on an UPDATE the old object's
+        # the object's pod specs, and on an UPDATE the old object's: all of them (a refusal is forgiven
+        # when the old object earned it, wherever its pod spec was judged: as the webhook does)
         ("specs", "(request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object])"
-                  f".map(r, {podspecs.targets(podspecs.raw_targets('r', compilation.kinds), any_gpu, classes)})"),
+                  f".transformList(ri, r, {podspecs.targets(podspecs.raw_targets('r', compilation.kinds), any_gpu, classes, 'ri == 1')})"),
     ]
     variables += [(f"p{i}", expr) for i, expr in enumerate(checks)]
     variables += [
@@ -180,6 +190,10 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("audits", f"{_texts('MA')} + {_texts('VA')}"),
     ]
     return [{"name": name, "expression": expr} for name, expr in variables]
+
+
+#: the request's kind is ``offload.built_in``
+BUILT_IN = "!request.kind.group.contains('.')"
 
 
 def pod_update() -> str:

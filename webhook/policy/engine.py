@@ -159,7 +159,9 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
     old = request.old_object
     if not isinstance(old, dict):
         return decision
-    before = evaluate(policies, replace(request, operation="CREATE", object=old, old_object=None), view, "validate")
+    # every rule whole, compiled parts too: the webhook's findings to forgive are those of pod specs it
+    # judges whole (offload.left_to_webhook), whose old spec may be one compiled policies judge
+    before = evaluate(_whole(policies), replace(request, operation="CREATE", object=old, old_object=None), view, "validate")
     known = {(f.policy, f.rule, f.message) for f in before.denials}
     findings = tuple(
         replace(f, mode="warn", message=f.message + " (already so before this update)")
@@ -171,6 +173,16 @@ def _forgive_preexisting(policies: PolicySet, request: Request, view: ClusterVie
         findings=findings,
         warnings=tuple([*decision.warnings, *(f.text() for f in findings if f.mode == "warn" and f not in decision.findings)]),
     )
+
+
+def _whole(policies: PolicySet) -> PolicySet:
+    """The policies with no part left to compiled policies (kept beside their plans)."""
+    if policies.offload is None:
+        return policies
+    whole = policies.memo.get("whole")
+    if whole is None:
+        whole = policies.memo["whole"] = replace(policies, offload=None, memo={}, pointers={})
+    return whole
 
 
 #: one rule as a policy runs it: (its run function, settings, (rule name, mode, policy name)),

@@ -256,6 +256,15 @@ def compilable_kinds(policies: PolicySet) -> frozenset[tuple[str, str]]:
     return frozenset(key for key, paths in policies.kinds.items() if compiles(paths))
 
 
+def built_in(group: str) -> bool:
+    """A kind kube-apiserver serves itself (its API group has no dot: core, apps, batch): one it
+    knows the schema of from the start. A MutatingAdmissionPolicy refuses an object of any other
+    kind ("Resource kind … not found", HTTP 503, whatever its failurePolicy) until kube-apiserver's
+    poll of its own OpenAPI (every 5 s, once the CRD's schema is published) finds the kind: so
+    custom resources' pod templates are mutated by the webhook (their checks stay compiled)."""
+    return "." not in group
+
+
 def compiles(paths: KindPaths) -> bool:
     """Whether the compiled policies find this kind's pod specs."""
     return all(
@@ -293,8 +302,10 @@ class Offload:
     any_gpu: ResourceMatcher | None = None
 
     def run_for(self, whole: Run, rest: Run | None, policy: str, rule: str, kind: tuple[str, str]) -> Run:
-        """What the engine runs of one rule of a policy on a kind (once per policy set: plans are kept)."""
-        part = self.webhook.get((policy, rule), "all") if kind in self.kinds else "all"
+        """What the engine runs of one rule of a policy on a kind (once per policy set: plans are kept):
+        a mutation rule (and its checks) whole on a kind that is not ``built_in``."""
+        reached = kind in self.kinds and (rule not in _MUTATIONS or built_in(kind[0]))
+        part = self.webhook.get((policy, rule), "all") if reached else "all"
         return whole if part == "all" else OffloadedRule(whole, rest if part == "rest" else None, self.any_gpu)
 
 
