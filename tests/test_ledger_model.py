@@ -167,8 +167,9 @@ class ModelIndex:
 
 class _Upkeep(Upkeep):
     async def seed(self, key: LedgerKey) -> Mapping[str, Holding]:
-        # the pods any cap charges, this replica's or one another version states (Upkeep.counted)
-        if not _caps_of(self.ledger):
+        # the pods any cap charges, this replica's or one another version states (Upkeep.counted); none in
+        # another ledger (the anchors of the statements, in the webhook's namespace)
+        if not _caps_of(self.ledger) or key != KEY:
             return {}
         now = self.ledger.store.now()
         return {p["metadata"]["uid"]: _holding(p["metadata"]["name"]) for p in self.index.api.pods.values()  # type: ignore[attr-defined]

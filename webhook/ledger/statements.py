@@ -11,7 +11,8 @@ charges for (``document.Stated``): each policy that enforces caps with the
 ledger's model label, reduced to its quota rule (in ``enforce``), with a
 digest of that definition and when it was last renewed. Each replica renews
 its own in every write of the recent part and at least every ``lease / 4``
-seconds (``Upkeep.state``); a statement no replica renewed for
+seconds (``Upkeep.state``), from its start in an anchor ledger (:func:`anchor`)
+so that no version admits a pod before the others know its caps; a statement no replica renewed for
 ``LedgerSettings.lease`` seconds has lapsed (its replicas are gone).
 
 A replica charges and judges every pod under the union of its own policies
@@ -34,6 +35,7 @@ from collections.abc import Mapping
 import pydantic
 
 from webhook.policy import charges as charge_rules
+from webhook.policy.charges import LedgerKey
 from webhook.policy import engine, schema
 from webhook.policy.decision import Decision
 from webhook.policy.loader import PolicySet
@@ -74,6 +76,13 @@ def own(policies: PolicySet) -> Mapping[str, tuple[str, str]]:
 
 
 _OWN = ("ledger-statements",)
+
+
+def anchor(namespace: str, model_label: str) -> LedgerKey:
+    """The ledger each replica states its caps in from its start, before any pod is charged: that of the
+    webhook's own namespace (which no webhook reaches: it charges nothing), one per model label. A replica
+    of another version knows them from its ledger watch's first list, before it is Ready."""
+    return LedgerKey("namespace", namespace, "", model_label)
 
 
 def name_of(definition: str) -> str:

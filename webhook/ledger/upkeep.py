@@ -85,6 +85,8 @@ class Upkeep:
         self._uncharged: dict[str, Object] = {}
         #: the statements of other policy versions last logged
         self._others: frozenset[str] = frozenset()
+        #: whether the ledger watch has listed the ledgers (what other policy versions state is known)
+        self.listed = False
 
     def counted(self) -> PolicySet:
         """What a pod's charges are counted by: this replica's policies, and the live caps other policy
@@ -137,15 +139,22 @@ class Upkeep:
                 log.exception("GPU quota ledger upkeep failed")
 
     async def state(self) -> None:
-        """Renew this replica's statements of its caps where they are due (``webhook.ledger.statements``);
-        say which caps of other policy versions are enforced here too."""
+        """Renew this replica's statements of its caps where they are due (``webhook.ledger.statements``),
+        the anchor ledgers' first (made when missing: a replica states its caps before any pod is charged);
+        say which caps of other policy versions are enforced here too. The replica is Ready once its ledger
+        watch has listed (it knows what other versions state) and its anchors state its caps."""
         store = self.ledger.store
-        for key in list(store.holdings()):
-            if store.due(key):
+        anchors = {statements.anchor(store.settings.namespace, label) for label, _ in store.stating().values()}
+        stated = True
+        for key in sorted(anchors, key=lambda k: k.model_label) + [k for k in store.holdings() if k not in anchors]:
+            if (key in anchors and store.recent(key) is None) or store.due(key):
                 try:
                     await store.restate(key)
                 except ApiError as exc:
+                    stated = stated and key not in anchors
                     log.warning("renewing the caps stated in the GPU quota ledger of %s failed: %s", key.describe(), exc)
+        if stated and self.listed:
+            self.ledger.unstated = ""
         self.note_others()
 
     def note_others(self) -> None:
@@ -453,6 +462,7 @@ class LedgerFollower:
         self._names = names
         for obj in listed:
             self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
+        self._upkeep.on_loop(setattr, self._upkeep, "listed", True)
 
 
 @contextlib.asynccontextmanager
@@ -466,6 +476,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     async with session.running():
         ledger = Ledger(LedgerStore(session, settings, metrics))
         ledger.serving = LedgerServing(session, policies, metrics)
+        ledger.unstated = ("GPU quota ledger: the caps the ledgers state (every policy version's) not read yet, or "
+                           "this replica's not stated yet")
         serving = asyncio.create_task(ledger.serving.run())
         upkeep = Upkeep(ledger, index, policies)
         ledger.store.seeder = upkeep.seed
