@@ -35,8 +35,10 @@ import json
 import random
 import re
 from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import formatdate
 from decimal import Decimal
 from typing import Any
 
@@ -44,6 +46,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from webhook.cluster.clock import ServerClock
 from webhook.cluster.session import ApiError
 from webhook.kube import termination
 from webhook.ledger import document
@@ -145,6 +148,24 @@ class ModelApi:
     def charged(self) -> dict[str, Any]:
         """What the ledger holds, both its parts read."""
         return dict(document.effective(list(self.objects.values())).get(KEY, {}))
+
+
+@dataclass
+class _Session:
+    """One replica's session with the model's API server: each answer dated by the API server's clock (the
+    model's), read by the replica's :class:`ServerClock`, whose own wall clock may be off by any amount."""
+
+    api: ModelApi
+    clock: ServerClock
+    server: Callable[[], float]
+
+    async def request(self, method: str, path: str, body: Any = None, *, timeout: float,
+                      content_type: str = "application/json") -> dict[str, Any]:
+        sent = self.clock.local()
+        try:
+            return await self.api.request(method, path, body, timeout=timeout)
+        finally:
+            self.clock.sample(sent, self.clock.local(), formatdate(self.server(), usegmt=True))
 
 
 class _Store(LedgerStore):
@@ -271,16 +292,23 @@ class _Settings(LedgerSettings):
         return 1e9
 
 
+#: how far a replica's wall clock may be from the API server's: none, or more than the window either way
+SKEWS = st.tuples(*[st.sampled_from([0.0, 0.0, 2.5 * WINDOW, -2.5 * WINDOW])] * 3)
+
+
 async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool,
-                versions: tuple[int | None, ...] = (CAP,) * 3) -> None:
+                versions: tuple[int | None, ...] = (CAP,) * 3, skews: tuple[float, ...] = (0.0,) * 3) -> None:
     api = ModelApi()
-    clock = [EPOCH]
+    clock = [EPOCH]  # the API server's
     ledgers: list[Ledger] = []
     upkeeps: list[Upkeep] = []
     for i in range(replicas):
         options: dict[str, Any] = RESERVING if reserving else {"reserve_max": 0}
-        store = _Store(api, _Settings(namespace=NAMESPACE, window=WINDOW, budget=1e6, **options),  # type: ignore[arg-type]
-                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: clock[0], rng=random.Random(0))
+        # the replica's ages on the API server's clock, as serve reads it (webhook.cluster.clock)
+        server_clock = ServerClock(lambda skew=skews[i]: clock[0] + skew)
+        store = _Store(_Session(api, server_clock, lambda: clock[0]),  # type: ignore[arg-type]
+                       _Settings(namespace=NAMESPACE, window=WINDOW, budget=1e6, **options),  # type: ignore[arg-type]
+                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=server_clock.now, rng=random.Random(0))
         mine = _stating(versions[i])
         store.stating = lambda mine=mine: mine  # type: ignore[misc]
         replica = Ledger(store)
@@ -291,8 +319,10 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
     enforced = [c for c in versions[:replicas] if c is not None]
     world = World(api, ledgers, upkeeps, clock, reserving=reserving, followers=[PodFollower(u) for u in upkeeps],
                   cap=min(enforced, default=None))
-    # the replicas started before the pods come: each stated its caps, and each one's watch saw the ledger
-    await _run_through(world, [ledger.store.restate(KEY) for ledger in ledgers if ledger.store.stating()])
+    # the replicas started before the pods come: each read the API server (its clock too: serve is not
+    # Ready before discovery answered) and stated its caps, and each one's watch saw the ledger
+    await _run_through(world, [ledger.store.restate(KEY) if ledger.store.stating() else ledger.store.current(KEY, True, 1e6)
+                               for ledger in ledgers])
     for each in ledgers:
         for obj in api.objects.values():
             each.store.known(copy.deepcopy(obj))
@@ -408,23 +438,26 @@ def _collect(world: World, stores: dict[str, bool]) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans())
+@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans(), skews=SKEWS)
 def test_no_interleaving_overshoots_a_cap_and_the_ledger_converges_to_the_pods_that_hold_gpus(
-    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool
+    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, skews: tuple[float, ...]
 ) -> None:
-    asyncio.run(_play(actions, replicas, reserving))
+    """Whatever the replicas' wall clocks say (each off from the API server's by more than the window, or
+    not): every age is measured on the API server's clock."""
+    asyncio.run(_play(actions, replicas, reserving, skews=skews))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=ACTIONS, replicas=st.integers(2, 3), reserving=st.booleans(),
-       versions=st.tuples(*[st.sampled_from(VERSIONS)] * 3))
+       versions=st.tuples(*[st.sampled_from(VERSIONS)] * 3), skews=SKEWS)
 def test_replicas_on_different_policy_versions_hold_the_strictest_cap_and_converge(
-    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, versions: tuple[int | None, ...]
+    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, versions: tuple[int | None, ...],
+    skews: tuple[float, ...]
 ) -> None:
     """A rollout: the replicas run the cap as it was, raised, lowered, or not enforced (removed, off,
     warn), in any mix; whichever admits, the strictest cap holds, and a recount by a replica that does
     not define a cap keeps its charges."""
-    asyncio.run(_play(actions, replicas, reserving, versions))
+    asyncio.run(_play(actions, replicas, reserving, versions, skews))
 
 
 async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before() -> None:

@@ -99,6 +99,16 @@ def _send(servers: Replicas, targets: list[Replica], namespace: str, prefix: str
     return answers
 
 
+def _round(admin: Kube, servers: Replicas, targets: list[Replica]) -> tuple[str, int, list[str]]:
+    """A new team; 4 reviews admitted, then 16 at once: (the team, how many admitted in all, the refusals)."""
+    team, namespace = _team(admin, servers)
+    held = _send(servers, targets, namespace, "h", HELD)
+    assert all(a["allowed"] for a in held), held
+    burst = _send(servers, targets, namespace, "b", BURST)
+    return team, HELD + sum(1 for a in burst if a["allowed"]), [a["status"]["message"] for a in burst
+                                                               if not a["allowed"]]
+
+
 MIXES = [("new", "off"), ("new", "warn"), ("new", "raised"), ("new", "removed"), ("off", "new", "raised"),
          ("warn", "removed", "new")]
 
@@ -110,12 +120,7 @@ def test_replicas_on_two_policy_versions_never_admit_past_the_cap(
     admin, servers, by_version = cluster
     targets = [by_version[v] for v in mix]
     for repetition in range(REPETITIONS):
-        team, namespace = _team(admin, servers)
-        held = _send(servers, targets, namespace, "h", HELD)
-        assert all(a["allowed"] for a in held), held
-        burst = _send(servers, targets, namespace, "b", BURST)
-        admitted = HELD + sum(1 for a in burst if a["allowed"])
-        refusals = [a["status"]["message"] for a in burst if not a["allowed"]]
+        team, admitted, refusals = _round(admin, servers, targets)
         assert admitted <= CAP, (mix, repetition, admitted, refusals[:3])
         assert all(f"of {CAP} nvidia.com/gpu" in m for m in refusals), refusals[:3]
         assert len(ledger(admin, "team", team)) <= CAP
@@ -131,10 +136,6 @@ def test_two_replicas_on_the_new_version_fill_the_cap_exactly(
     admin, servers, by_version = cluster
     targets = [by_version["new"], by_version["new-2"]]
     for repetition in range(REPETITIONS):
-        team, namespace = _team(admin, servers)
-        held = _send(servers, targets, namespace, "h", HELD)
-        assert all(a["allowed"] for a in held), held
-        burst = _send(servers, targets, namespace, "b", BURST)
-        admitted = HELD + sum(1 for a in burst if a["allowed"])
-        assert admitted == CAP, (repetition, admitted, [a["status"]["message"] for a in burst if not a["allowed"]][:3])
+        team, admitted, refusals = _round(admin, servers, targets)
+        assert admitted == CAP, (repetition, admitted, refusals[:3])
         assert len(ledger(admin, "team", team)) == CAP

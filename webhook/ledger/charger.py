@@ -88,10 +88,11 @@ class Ledger:
 
     def not_ready(self) -> str:
         """Why the server must not be Ready for the ledger ("" : nothing): caps enforced and no ledger resource;
-        or, while the ledger is served, its statements of caps not read and this replica's not written yet."""
+        or, unless the ledger is known not to be served, its statements of caps not read and this replica's
+        not written yet (nor the API server's clock read: webhook.cluster.clock)."""
         if self.serving is None:
             return ""
-        return self.serving.said() or (self.unstated if self.serving.served else "")
+        return self.serving.said() or ("" if self.serving.served is False else self.unstated)
 
     async def settle(self, charges: Sequence[Charge], dry_run: bool) -> Settlement:
         """Charge (or, on a dry run, only judge) every charge of one pod, one ledger after the other:

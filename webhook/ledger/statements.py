@@ -107,6 +107,7 @@ def _policies(stated: tuple[tuple[str, str], ...]) -> tuple[schema.GPUPolicy, ..
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=64)
 def readable(definition: str) -> schema.GPUPolicy | None:
     try:
         policy = schema.GPUPolicy.model_validate(json.loads(definition))

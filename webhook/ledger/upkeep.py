@@ -474,7 +474,8 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     metrics = LedgerMetrics(registry, settings.window)
     session = ApiSession(api_client.configuration)
     async with session.running():
-        ledger = Ledger(LedgerStore(session, settings, metrics))
+        # every age on the API server's clock (webhook.cluster.clock): replicas' wall clocks may differ
+        ledger = Ledger(LedgerStore(session, settings, metrics, clock=session.clock.now))
         ledger.serving = LedgerServing(session, policies, metrics)
         ledger.unstated = ("GPU quota ledger: the caps the ledgers state (every policy version's) not read yet, or "
                            "this replica's not stated yet")
