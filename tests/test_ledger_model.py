@@ -305,7 +305,7 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
     for i in range(replicas):
         options: dict[str, Any] = RESERVING if reserving else {"reserve_max": 0}
         # the replica's ages on the API server's clock, as serve reads it (webhook.cluster.clock)
-        server_clock = ServerClock(lambda skew=skews[i]: clock[0] + skew)
+        server_clock = ServerClock(lambda skew=skews[i]: clock[0] + skew)  # type: ignore[misc]
         store = _Store(_Session(api, server_clock, lambda: clock[0]),  # type: ignore[arg-type]
                        _Settings(namespace=NAMESPACE, window=WINDOW, budget=1e6, **options),  # type: ignore[arg-type]
                        LedgerMetrics(CollectorRegistry(), WINDOW), clock=server_clock.now, rng=random.Random(0))
