@@ -61,6 +61,10 @@ class LedgerStore:
         return {part.key: document.holdings(part, self._cached(part.key, SETTLED))
                 for _, part in self._parts.values() if part.part == RECENT}
 
+    def holds(self, uid: str) -> bool:
+        """Whether a ledger known here holds a charge of ``uid`` (one dict lookup: safe from a watch thread)."""
+        return uid in self._where
+
     def ledgers_of(self, uid: str) -> set[LedgerKey]:
         return set(self._where.get(uid, ()))
 

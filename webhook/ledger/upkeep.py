@@ -396,7 +396,10 @@ class PodFollower:
         # still there: ResourceQuota counts it so)
         if not recount.live(pod, self._upkeep.ledger.store.now()):
             self._released([uid], "deleted" if termination.terminating(pod) else "finished")
-        elif uid:  # stored and holding: charged at once if no ledger charges it (self-healing)
+        elif uid and not self._upkeep.ledger.store.holds(uid):
+            # stored and holding, and no ledger known here charges it: charged at once (self-healing). The
+            # check first, here in the watch thread (a lookup: atomic), spares the loop a call per update of
+            # every charged pod (status changes, a bind)
             self._upkeep.on_loop(self._upkeep.uncharged, pod)
 
     def discard(self, namespace: str, name: str) -> None:
