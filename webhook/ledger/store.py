@@ -52,7 +52,7 @@ class LedgerStore:
         #: the caps this replica's policies state, renewed in every write of a recent part
         self.stating: Stating = dict
         #: the live statements of other policy versions, as last worked out, and until when that holds
-        self._others: tuple[dict[str, str], float, object] | None = None
+        self._others: tuple[dict[str, str], float, Mapping[str, tuple[str, str]]] | None = None
 
     # ------------------------------------------------------------ what is known
 
@@ -126,8 +126,8 @@ class LedgerStore:
             return None
         self._parts[name] = (obj, part)
         self._place(part.key)
-        if part.caps or (old is not None and old[1].caps):
-            self._others = None
+        if self._others is not None and any(d not in self._others[0] and d not in self._others[2] for d in part.caps):
+            self._others = None  # a statement of another version not counted yet (one lapsing is, until it does)
         return part
 
     def forget(self, name: str) -> None:
