@@ -11,6 +11,7 @@ precondition (409 when anyone changed it since).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,6 +23,8 @@ from webhook.ledger.document import RECENT, SETTLED, Entry, Part, Stated
 from webhook.ledger.metrics import LedgerMetrics
 from webhook.ledger.settings import LedgerSettings
 from webhook.policy.charges import Holding, LedgerKey
+
+log = logging.getLogger(__name__)
 
 #: the pods of a ledger's group as the cluster view shows them: what a new ledger starts with
 Seeder = Callable[[LedgerKey], Awaitable[Mapping[str, Holding]]]
@@ -51,6 +54,8 @@ class LedgerStore:
         self._per_write: dict[LedgerKey, float] = {}
         #: the caps this replica's policies state, renewed in every write of a recent part
         self.stating: Stating = dict
+        #: whether the API server was seen to drop status.caps (an older CRD): said once
+        self._pruned = False
         #: the live statements of other policy versions, as last worked out, and until when that holds
         self._others: tuple[dict[str, str], float, Mapping[str, tuple[str, str]]] | None = None
 
@@ -227,6 +232,12 @@ class LedgerStore:
         written = await self.session.request("PUT", self._path(name),
                                              document.replaced(obj, charges, released, generation, epoch, caps),
                                              timeout=timeout)
+        if caps and not self._pruned and not (written.get("status") or {}).get("caps"):
+            # a CRD older than this version prunes status.caps: no other version learns this one's caps
+            self._pruned = True
+            log.error("the API server dropped the caps this replica states in GPUQuotaLedgers (status.caps): its "
+                      "CRD is older than this version; apply deploy/base/quota-ledger-crd.yaml, or caps may be "
+                      "passed while policy versions overlap")
         part = Part(old.key, old.part, dict(charges), released if old.part == RECENT else frozenset(),
                     old.generation if generation is None else generation, epoch, caps or {})
         return self.known(written, part) or part
