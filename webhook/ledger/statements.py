@@ -10,9 +10,10 @@ So every ledger's recent part **states** the policies whose caps it holds
 charges for (``document.Stated``): each policy that enforces caps with the
 ledger's model label, reduced to its quota rule (in ``enforce``), with a
 digest of that definition and when it was last renewed. Each replica renews
-its own in every write of the recent part and at least every ``lease / 4``
-seconds (``Upkeep.state``), from its start in an anchor ledger (:func:`anchor`)
-so that no version admits a pod before the others know its caps; a statement no replica renewed for
+its own in every write it makes of a recent part, and from its start, at
+least every ``lease / 4`` seconds, in an anchor ledger (:func:`anchor`;
+``Upkeep.state``) so that no version admits a pod before the others know its
+caps, whatever ledgers exist; a statement no replica renewed for
 ``LedgerSettings.lease`` seconds has lapsed (its replicas are gone).
 
 A replica charges and judges every pod under the union of its own policies

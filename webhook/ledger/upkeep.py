@@ -139,20 +139,23 @@ class Upkeep:
                 log.exception("GPU quota ledger upkeep failed")
 
     async def state(self) -> None:
-        """Renew this replica's statements of its caps where they are due (``webhook.ledger.statements``),
-        the anchor ledgers' first (made when missing: a replica states its caps before any pod is charged);
-        say which caps of other policy versions are enforced here too. The replica is Ready once its ledger
-        watch has listed (it knows what other versions state) and its anchors state its caps."""
+        """Renew this replica's statements of its caps in the anchor ledgers when due (made when missing: a
+        replica states its caps before any pod is charged; ``webhook.ledger.statements``); say which caps of
+        other policy versions are enforced here too. The replica is Ready once its ledger watch has listed (it
+        knows what other versions state) and its anchors state its caps. (The other ledgers state them in
+        every write this replica makes of them: each replica reads the union of every ledger's statements,
+        so the anchors' renewals alone keep them live, one write per lease / 4 and model label.)"""
         store = self.ledger.store
         anchors = {statements.anchor(store.settings.namespace, label) for label, _ in store.stating().values()}
         stated = True
-        for key in sorted(anchors, key=lambda k: k.model_label) + [k for k in store.holdings() if k not in anchors]:
-            if (key in anchors and store.recent(key) is None) or store.due(key):
+        for key in sorted(anchors, key=lambda k: k.model_label):
+            if store.recent(key) is None or store.due(key):
                 try:
                     await store.restate(key)
                 except ApiError as exc:
-                    stated = stated and key not in anchors
-                    log.warning("renewing the caps stated in the GPU quota ledger of %s failed: %s", key.describe(), exc)
+                    stated = False
+                    log.warning("stating this replica's caps in the GPU quota ledger of %s failed: %s", key.describe(),
+                                exc)
         if stated and self.listed:
             self.ledger.unstated = ""
         self.note_others()
