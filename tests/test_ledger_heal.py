@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Collection, Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from webhook.ledger.settings import LedgerSettings
 from webhook.ledger.store import LedgerStore
 from webhook.ledger.upkeep import PodFollower, Upkeep
 from webhook.policy import loader
-from webhook.policy.charges import LedgerKey
+from webhook.policy.charges import Holding, LedgerKey
 from webhook.view.protocol import Object
 from webhook.view.snapshot import SnapshotView
 
@@ -104,3 +105,21 @@ async def test_a_pod_holding_gpus_with_no_charge_is_charged_at_once(
         follower.put(pod("admitted-fail-open"))
         await upkeep.heal()
         assert len(api.requests(method="PUT")) == writes
+
+
+async def test_the_watch_thread_leaves_the_loop_alone_for_a_pod_a_ledger_charges(api: FakeApiServer) -> None:
+    """Every update of a charged pod (its status, a bind) is one of many: the pod watch's thread checks the
+    ledgers known first, and only a pod no ledger charges costs the event loop a call."""
+    holding = Holding("ml", "charged", "", None, (("nvidia.com/gpu", Decimal(1)),))
+    api.add(document.new_object(KEY, NAMESPACE, {"uid-charged": document.Entry(holding, 0.0)}))
+    view = _View.from_objects([pod("charged"), pod("uncharged")], known=("namespaces", "pods"))
+    async for upkeep, _ in _upkeep(api, view):
+        upkeep.ledger.store.known(api.get("GPUQuotaLedger", document.name_of(KEY), NAMESPACE) or {})
+        calls: list[Any] = []
+        upkeep.on_loop = lambda call, *args: calls.append(args)  # type: ignore[method-assign]
+        follower = PodFollower(upkeep)
+        for _ in range(3):
+            follower.put(pod("charged"))
+        assert calls == []
+        follower.put(pod("uncharged"))
+        assert [args[0]["metadata"]["uid"] for args in calls] == ["uid-uncharged"]

@@ -12,22 +12,35 @@ choice; so are which replica sees which ledger version (the watch), which
 admitted pods are stored and which never appear, which finish, and when a
 sweep or a recount runs.
 
+The replicas may run different policy versions (a rollout): each has the
+team cap in ``enforce`` at 4, raised to 6, lowered to 2, or not at all (the
+cap removed, ``off`` or ``warn``: no charge of its own). Each states its cap
+in the ledger (``webhook.ledger.statements``) before the pods come, and
+judges a pod under its own cap and the live statements its store knows, as
+the server does (``webhook.server.charging``); a recount counts a pod when
+any of them charges it, as ``Upkeep.counted`` does.
+
 Properties: at every step the GPUs of the pods admitted and stored and not
-finished stay within the cap (no interleaving overshoots), and once every
-request has been answered, the window has passed and a recount has run, the
-ledger holds exactly the pods that hold GPUs. Some pods name one of two
-shared ResourceClaims (of 2 and 3 devices) rather than hold a GPU of their
-own: a claim's devices count once however many pods holding GPUs name it.
+finished stay within the strictest cap any replica enforces (no interleaving
+overshoots, whichever replica admits), and once every request has been
+answered, the window has passed and a recount has run, the ledger holds
+exactly the pods that hold GPUs. Some pods name one of two shared
+ResourceClaims (of 2 and 3 devices) rather than hold a GPU of their own: a
+claim's devices count once however many pods holding GPUs name it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
+import re
 from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import formatdate
 from decimal import Decimal
 from typing import Any
 
@@ -35,10 +48,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from webhook.cluster.clock import ServerClock
 from webhook.cluster.session import ApiError
 from webhook.kube import termination
 from webhook.ledger import document
-from webhook.ledger.charger import Ledger
+from webhook.ledger.charger import Ledger, Settlement
 from webhook.ledger.metrics import LedgerMetrics
 from webhook.ledger.settings import LedgerSettings
 from webhook.ledger.store import LedgerStore
@@ -138,6 +152,24 @@ class ModelApi:
         return dict(document.effective(list(self.objects.values())).get(KEY, {}))
 
 
+@dataclass
+class _Session:
+    """One replica's session with the model's API server: each answer dated by the API server's clock (the
+    model's), read by the replica's :class:`ServerClock`, whose own wall clock may be off by any amount."""
+
+    api: ModelApi
+    clock: ServerClock
+    server: Callable[[], float]
+
+    async def request(self, method: str, path: str, body: Any = None, *, timeout: float,
+                      content_type: str = "application/json") -> dict[str, Any]:
+        sent = self.clock.local()
+        try:
+            return await self.api.request(method, path, body, timeout=timeout)
+        finally:
+            self.clock.sample(sent, self.clock.local(), formatdate(self.server(), usegmt=True))
+
+
 class _Store(LedgerStore):
     def pause(self, attempt: int) -> float:
         return 0.0  # (hypothesis orders the requests; a real pause would only slow the test)
@@ -158,6 +190,10 @@ class ModelIndex:
 
 class _Upkeep(Upkeep):
     async def seed(self, key: LedgerKey) -> Mapping[str, Holding]:
+        # the pods any cap charges, this replica's or one another version states (Upkeep.counted); none in
+        # another ledger (the anchors of the statements, in the webhook's namespace)
+        if not _caps_of(self.ledger) or key != KEY:
+            return {}
         now = self.ledger.store.now()
         return {p["metadata"]["uid"]: _holding(p["metadata"]["name"]) for p in self.index.api.pods.values()  # type: ignore[attr-defined]
                 if _holds(p, now)}
@@ -188,9 +224,39 @@ def _holding(name: str) -> Holding:
     return Holding("ml-a", name, "", None, gpus, ((claim, gpus),))
 
 
-def _charge(name: str) -> Charge:
-    check = CapCheck("caps", f"Pod ml-a/{name}", "/spec/containers", "nvidia.com/gpu", "*", (), CAP, True)
-    return Charge(KEY, f"uid-{name}", _holding(name), (check,))
+#: the team cap of each policy version a replica may run: as it was, raised, lowered; None: not enforced
+#: (removed, off or warn)
+VERSIONS = (CAP, CAP + 2, CAP - 2, None)
+
+
+def _definition(cap: int) -> str:
+    """A policy version's statement (the model's stand-in for the policy reduced to its quota rule)."""
+    return json.dumps({"cap": cap})
+
+
+def _stating(cap: int | None) -> dict[str, tuple[str, str]]:
+    return {f"cap-{cap}": (KEY.model_label, _definition(cap))} if cap is not None else {}
+
+
+def _caps_of(ledger: Ledger) -> set[int]:
+    """The caps a replica judges a pod under: its own, and those other versions state (live)."""
+    own = {json.loads(d)["cap"] for _, d in ledger.store.stating().values()}
+    return own | {json.loads(d)["cap"] for d in ledger.store.others().values()}
+
+
+def _charge(name: str, caps: set[int] | None = None) -> Charge:
+    checks = tuple(CapCheck("caps", f"Pod ml-a/{name}", "/spec/containers", "nvidia.com/gpu", "*", (), cap, True)
+                   for cap in sorted({CAP} if caps is None else caps))
+    return Charge(KEY, f"uid-{name}", _holding(name), checks)
+
+
+async def _admit(ledger: Ledger, name: str) -> Settlement:
+    """A pod admitted by a replica: charged under its caps (none: allowed uncharged, as a replica that
+    enforces no cap and knows of none allows it)."""
+    caps = _caps_of(ledger)
+    if not caps:
+        return Settlement()
+    return await ledger.settle([_charge(name, caps)], False)
 
 
 @dataclass
@@ -206,6 +272,8 @@ class World:
     refused: set[str] = field(default_factory=set)
     reserving: bool = False
     claims: bool = False
+    #: the strictest cap any replica enforces (None: none does)
+    cap: int | None = CAP
 
     followers: list[PodFollower] = field(default_factory=list)
 
@@ -229,7 +297,7 @@ async def _quiet() -> None:
 
 ACTIONS = st.lists(st.tuples(
     st.sampled_from(["admit"] * 3 + ["answer"] * 4 + ["watch", "finish", "delete", "gone", "sweep", "recount",
-                                                        "settle"]),
+                                                        "settle", "state"]),
     st.integers(0, 1000), st.booleans()), min_size=30, max_size=90)
 
 
@@ -237,22 +305,49 @@ ACTIONS = st.lists(st.tuples(
 RESERVING = {"reserve_max": CAP, "reserve_min": 1, "reserve_share": 1, "record_every": 0.0}
 
 
-async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, claims: bool = False) -> None:
+class _Settings(LedgerSettings):
+    @property
+    def lease(self) -> float:
+        # statements live through the run (the model jumps the clock by windows, and renews only when
+        # hypothesis says so): their lapse is test_a_raised_cap_takes_effect_once_the_old_statement_lapses'
+        return 1e9
+
+
+#: how far a replica's wall clock may be from the API server's: none, or more than the window either way
+SKEWS = st.tuples(*[st.sampled_from([0.0, 0.0, 2.5 * WINDOW, -2.5 * WINDOW])] * 3)
+
+
+async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: bool,
+                versions: tuple[int | None, ...] = (CAP,) * 3, skews: tuple[float, ...] = (0.0,) * 3,
+                claims: bool = False) -> None:
     api = ModelApi()
-    clock = [EPOCH]
+    clock = [EPOCH]  # the API server's
     ledgers: list[Ledger] = []
     upkeeps: list[Upkeep] = []
-    for _ in range(replicas):
+    for i in range(replicas):
         options: dict[str, Any] = RESERVING if reserving else {"reserve_max": 0}
-        store = _Store(api, LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6, **options),  # type: ignore[arg-type]
-                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=lambda: clock[0], rng=random.Random(0))
+        # the replica's ages on the API server's clock, as serve reads it (webhook.cluster.clock)
+        server_clock = ServerClock(lambda skew=skews[i]: clock[0] + skew)  # type: ignore[misc]
+        store = _Store(_Session(api, server_clock, lambda: clock[0]),  # type: ignore[arg-type]
+                       _Settings(namespace=NAMESPACE, window=WINDOW, budget=1e6, **options),  # type: ignore[arg-type]
+                       LedgerMetrics(CollectorRegistry(), WINDOW), clock=server_clock.now, rng=random.Random(0))
+        mine = _stating(versions[i])
+        store.stating = lambda mine=mine: mine  # type: ignore[misc]
         replica = Ledger(store)
         upkeep = _Upkeep(replica, ModelIndex(api), lambda: None)  # type: ignore[arg-type, return-value]
         store.seeder = upkeep.seed
         ledgers.append(replica)
         upkeeps.append(upkeep)
-    world = World(api, ledgers, upkeeps, clock, reserving=reserving, claims=claims,
-                  followers=[PodFollower(u) for u in upkeeps])
+    enforced = [c for c in versions[:replicas] if c is not None]
+    world = World(api, ledgers, upkeeps, clock, reserving=reserving, claims=claims, followers=[PodFollower(u) for u in upkeeps],
+                  cap=min(enforced, default=None))
+    # the replicas started before the pods come: each read the API server (its clock too: serve is not
+    # Ready before discovery answered) and stated its caps, and each one's watch saw the ledger
+    await _run_through(world, [ledger.store.restate(KEY) if ledger.store.stating() else ledger.store.current(KEY, True, 1e6)
+                               for ledger in ledgers])
+    for each in ledgers:
+        for obj in api.objects.values():
+            each.store.known(copy.deepcopy(obj))
     serials = iter(range(1000))
     stores: dict[str, bool] = {}
 
@@ -262,7 +357,7 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
             if claims and pick % 3:
                 name += "-" + sorted(CLAIMS)[pick % 2]
             stores[name] = flag or pick % 4 != 0  # most admitted pods are stored; some never appear
-            world.tasks[name] = asyncio.ensure_future(ledgers[pick % replicas].settle([_charge(name)], False))
+            world.tasks[name] = asyncio.ensure_future(_admit(ledgers[pick % replicas], name))
         elif action == "answer" and api.pending:
             api.answer(pick % len(api.pending))
         elif action == "watch" and api.objects:  # a replica's watch delivers the ledger as it is now
@@ -298,9 +393,11 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
             world.tasks[f"sweep-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].sweep())
         elif action == "recount":
             world.tasks[f"recount-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].recount())
+        elif action == "state":  # a replica renews its statements (its upkeep's beat)
+            world.tasks[f"state-{len(world.tasks)}"] = asyncio.ensure_future(upkeeps[pick % replicas].state())
         await _quiet()
         _collect(world, stores)
-        assert world.gpus() <= CAP, (world.holding(), api.charged())
+        assert world.cap is None or world.gpus() <= world.cap, (world.holding(), api.charged())
 
     # the end: every request answered, every replica's watch current, the window past, a sweep and a recount
     await _drain(world, stores)
@@ -308,16 +405,26 @@ async def _play(actions: list[tuple[str, int, bool]], replicas: int, reserving: 
         for obj in api.objects.values():
             each.store.known(copy.deepcopy(obj))
     clock[0] += WINDOW + 1
-    for step in (upkeeps[0].sweep(), upkeeps[0].ledger.store.settle(KEY, upkeeps[0]._stored), upkeeps[0].recount()):
+    await _run_through(world, [upkeeps[0].sweep(), upkeeps[0].ledger.store.settle(KEY, upkeeps[0]._stored),
+                               upkeeps[0].recount()])
+    await _drain(world, stores)
+    if world.cap is not None:  # (no replica enforcing a cap: no ledger, nothing charged)
+        assert set(api.charged()) == world.holding()
+        assert world.gpus() <= world.cap
+
+
+async def _run_through(world: World, steps: list[Any]) -> list[Any]:
+    """Run each step in turn, every request it sends answered at once: what each returned."""
+    results = []
+    for step in steps:
         task = asyncio.ensure_future(step)
         while not task.done():
             await _quiet()
-            while api.pending:
-                api.answer(0)
+            while world.api.pending:
+                world.api.answer(0)
                 await _quiet()
-    await _drain(world, stores)
-    assert set(api.charged()) == world.holding()
-    assert world.gpus() <= CAP
+        results.append(task.result())
+    return results
 
 
 async def _drain(world: World, stores: dict[str, bool]) -> None:
@@ -337,7 +444,7 @@ def _collect(world: World, stores: dict[str, bool]) -> None:
         if not name.startswith("p") or not task.done() or name in world.admitted | world.refused:
             continue
         settlement = task.result()
-        if settlement.charged and not settlement.denials:
+        if (settlement.charged or not settlement.denials) and not settlement.unavailable:
             world.admitted.add(name)
             if stores[name]:
                 pod = {"metadata": {"name": name, "namespace": "ml-a", "uid": f"uid-{name}"},
@@ -348,17 +455,33 @@ def _collect(world: World, stores: dict[str, bool]) -> None:
         else:
             # (a recount may charge a pod admitted against a reservation before its owner recorded it:
             # counted twice, until that owner's next write, which is never too few)
-            assert settlement.denials and "of 4 nvidia.com/gpu" in settlement.denials[0].message, settlement
-            assert world.reserving or world.claims or "uses 4 of 4" in settlement.denials[0].message, settlement
+            assert settlement.denials, settlement
+            used, cap = map(int, re.findall(r"uses (\d+) of (\d+) nvidia.com/gpu", settlement.denials[0].message)[0])
+            assert world.reserving or world.claims or used == cap, settlement
             world.refused.add(name)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans(), claims=st.booleans())
+@given(actions=ACTIONS, replicas=st.integers(1, 3), reserving=st.booleans(), skews=SKEWS, claims=st.booleans())
 def test_no_interleaving_overshoots_a_cap_and_the_ledger_converges_to_the_pods_that_hold_gpus(
-    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, claims: bool
+    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, skews: tuple[float, ...], claims: bool
 ) -> None:
-    asyncio.run(_play(actions, replicas, reserving, claims))
+    """Whatever the replicas' wall clocks say (each off from the API server's by more than the window, or
+    not): every age is measured on the API server's clock."""
+    asyncio.run(_play(actions, replicas, reserving, skews=skews, claims=claims))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=ACTIONS, replicas=st.integers(2, 3), reserving=st.booleans(),
+       versions=st.tuples(*[st.sampled_from(VERSIONS)] * 3), skews=SKEWS)
+def test_replicas_on_different_policy_versions_hold_the_strictest_cap_and_converge(
+    actions: list[tuple[str, int, bool]], replicas: int, reserving: bool, versions: tuple[int | None, ...],
+    skews: tuple[float, ...]
+) -> None:
+    """A rollout: the replicas run the cap as it was, raised, lowered, or not enforced (removed, off,
+    warn), in any mix; whichever admits, the strictest cap holds, and a recount by a replica that does
+    not define a cap keeps its charges."""
+    asyncio.run(_play(actions, replicas, reserving, versions, skews))
 
 
 async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before() -> None:
@@ -378,3 +501,33 @@ async def test_the_upkeep_stops_when_cancelled_whatever_it_was_told_just_before(
         task.cancel()
         done, _ = await asyncio.wait([task], timeout=5)
         assert done and task.cancelled(), f"the upkeep ran on after its cancellation ({turns} turns after the ask)"
+
+
+async def test_a_raised_cap_takes_effect_once_the_old_versions_statement_lapses() -> None:
+    """An old replica (the cap at 2) and a new one (raised to 4): the new one admits 2 while the old one's
+    statement lives, even once the old one is gone (no renewal) until ``lease`` has passed; then 4."""
+    api = ModelApi()
+    clock = [EPOCH]
+    settings_ = LedgerSettings(namespace=NAMESPACE, window=WINDOW, budget=1e6, reserve_max=0)
+    stores = []
+    for cap in (CAP - 2, CAP):
+        store = _Store(api, settings_, LedgerMetrics(CollectorRegistry(), WINDOW),  # type: ignore[arg-type]
+                       clock=lambda: clock[0], rng=random.Random(0))
+        mine = _stating(cap)
+        store.stating = lambda mine=mine: mine  # type: ignore[misc]
+        stores.append(store)
+    old, new = Ledger(stores[0]), Ledger(stores[1])
+    world = World(api, [old, new], [], clock)
+    await _run_through(world, [old.store.restate(KEY), new.store.restate(KEY)])
+    new.store.known(copy.deepcopy(api.objects[document.name_of(KEY)]))
+
+    async def admitted(names: list[str]) -> list[str]:
+        settlements = await _run_through(world, [_admit(new, name) for name in names])
+        return [name for name, settlement in zip(names, settlements, strict=True) if settlement.charged]
+
+    assert await admitted(["a", "b", "c"]) == ["a", "b"]
+    clock[0] += settings_.lease - 1  # the old replica is gone: its statement is not renewed
+    assert await admitted(["d"]) == []
+    clock[0] += 2  # lapsed: the raised cap alone
+    assert await admitted(["e", "f", "g"]) == ["e", "f"]
+    assert set(document.statements_of(api.objects[document.name_of(KEY)])) == {f"cap-{CAP}"}

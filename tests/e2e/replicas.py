@@ -92,8 +92,9 @@ class Replicas:
         assert done.returncode == 0, done.stderr
         self.context = ssl.create_default_context(cafile=str(self.folder / "tls" / "ca.crt"))
 
-    def start(self, count: int, timeout: float = 60.0) -> list[Replica]:
-        """``count`` more replicas, each ready (policies loaded, cluster view synced)."""
+    def start(self, count: int, timeout: float = 60.0, policies: Path | None = None) -> list[Replica]:
+        """``count`` more replicas, each ready (policies loaded, cluster view synced); with ``policies``
+        (another policy version, as in a rollout) rather than the folder's own."""
         started = []
         for _ in range(count):
             replica = Replica(self.folder / f"replica-{len(self.running)}", free_port())
@@ -101,7 +102,7 @@ class Replicas:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             env.pop("KUBECONFIG", None)
             replica.process = spawn([
-                sys.executable, "-m", "webhook", "serve", "--policies", str(self.policies),
+                sys.executable, "-m", "webhook", "serve", "--policies", str(policies or self.policies),
                 "--tls-cert", str(self.folder / "tls" / "tls.crt"), "--tls-key", str(self.folder / "tls" / "tls.key"),
                 "--host", "127.0.0.1", "--port", str(replica.port), "--kubeconfig", str(self.kubeconfig),
                 "--quota-window", str(self.window),

@@ -22,6 +22,8 @@ import aiohttp
 import orjson
 from kubernetes import client
 
+from webhook.cluster.clock import ServerClock
+
 log = logging.getLogger(__name__)
 
 #: how often the credentials are read again (a projected token is rotated well before it expires)
@@ -71,6 +73,8 @@ class ApiSession:
         self._base = str(configuration.host).rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, str] = {}
+        #: the API server's clock, from the Date of every answer (webhook.cluster.clock)
+        self.clock = ServerClock()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ApiSession]:
@@ -110,12 +114,16 @@ class ApiSession:
         if body is not None:
             headers["Content-Type"] = content_type
             data = orjson.dumps(body)
+        sent = self.clock.local()
         try:
             async with session.request(method, self._base + path, data=data, headers=headers,
                                        timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
                                        server_hostname=self._configuration.tls_server_name or None) as response:
                 text = await response.read()
                 status = response.status
+                date = response.headers.get("Date")
+            if date:
+                self.clock.sample(sent, self.clock.local(), date)
         except TimeoutError:
             raise ApiError(0, f"no answer from the API server within {timeout:.1f} s") from None
         except aiohttp.ClientError as exc:

@@ -82,10 +82,17 @@ class Ledger:
         self._writers: dict[LedgerKey, _Writer] = {}
         #: whether the API server serves the ledger's resource (None: not checked, as in tests of the ledger alone)
         self.serving: LedgerServing | None = None
+        #: why the caps this replica states, or those other policy versions state, may not be known yet
+        #: ("" : they are; ``Upkeep.state``)
+        self.unstated = ""
 
     def not_ready(self) -> str:
-        """Why the server must not be Ready for the ledger ("" : nothing): caps enforced and no ledger resource."""
-        return self.serving.said() if self.serving is not None else ""
+        """Why the server must not be Ready for the ledger ("" : nothing): caps enforced and no ledger resource;
+        or, unless the ledger is known not to be served, its statements of caps not read and this replica's
+        not written yet (nor the API server's clock read: webhook.cluster.clock)."""
+        if self.serving is None:
+            return ""
+        return self.serving.said() or ("" if self.serving.served is False else self.unstated)
 
     async def settle(self, charges: Sequence[Charge], dry_run: bool) -> Settlement:
         """Charge (or, on a dry run, only judge) every charge of one pod, one ledger after the other:

@@ -28,6 +28,17 @@ less ``released``, plus the recent charges::
         0d6c5f0e-… ml-a/train-0 nvidia.com/gpu=1 at=2026-01-01T00:00:00.123Z priority=gpu-training models=NVIDIA-A100-SXM4-80GB
       released: |
         9b1e22aa-…
+      caps: |
+        5d0c2a7e41b9f3c8 renewed=2026-01-01T00:00:00.120Z {"apiVersion":"gpu-admission.io/v1alpha1",…}
+
+The recent part also **states the caps** its charges are held for
+(``caps``): one line per policy that enforces caps in this ledger's model
+label, its digest, when a replica whose policies define it identically last
+renewed it, and its definition (the policy reduced to its quota rule, in
+``enforce``). A statement no replica renews for ``LedgerSettings.lease``
+seconds has lapsed; every replica charges and judges a pod under the union
+of its own caps and the live statements (``webhook.ledger.statements``):
+while two policy versions overlap, the stricter holds (docs/quota.md).
 
 Charges are a string rather than a map of objects: kube-apiserver tracks the
 owner of every field it stores (managedFields), which for a map of charges
@@ -47,7 +58,7 @@ import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -99,6 +110,38 @@ class Part:
     #: the recent part: counted up on every write; the settled part: that of the recent part it was
     #: settled from (a settling must not start from a recent part older than the last one did)
     epoch: int = 0
+    #: the recent part: the caps it states, by digest (``Stated``)
+    caps: Mapping[str, Stated] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stated:
+    """One policy's caps as a ledger states them: its definition (JSON), and when a replica that defines
+    it so last renewed it (unix seconds, the writer's clock)."""
+
+    definition: str
+    renewed: float
+
+
+def statements_of(obj: Mapping[str, Any]) -> dict[str, Stated]:
+    """The caps a recent part states, by digest (a line that does not read is skipped)."""
+    status = obj.get("status")
+    text = status.get("caps") if isinstance(status, Mapping) else None
+    found: dict[str, Stated] = {}
+    for line in text.splitlines() if isinstance(text, str) else ():
+        digest, _, rest = line.strip().partition(" ")
+        renewed, _, definition = rest.partition(" ")
+        try:
+            at = datetime.fromisoformat(renewed.removeprefix("renewed=").replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if digest and definition.startswith("{"):
+            found[digest] = Stated(definition, at)
+    return found
+
+
+def statements_text(caps: Mapping[str, Stated]) -> str:
+    return "".join(f"{digest} renewed={_time(s.renewed)} {s.definition}\n" for digest, s in sorted(caps.items()))
 
 
 def name_of(key: LedgerKey, part: str = RECENT) -> str:
@@ -139,7 +182,8 @@ def read(obj: Mapping[str, Any]) -> Part | None:
                 frozenset(line.strip() for line in released.splitlines() if line.strip())
                 if isinstance(released, str) else frozenset(),
                 _count(status.get("settledGeneration" if part == RECENT else "generation")),
-                _count(status.get("epoch" if part == RECENT else "recentEpoch")))
+                _count(status.get("epoch" if part == RECENT else "recentEpoch")),
+                statements_of(obj) if part == RECENT else {})
 
 
 def _count(value: Any) -> int:
@@ -162,7 +206,7 @@ def effective(objects: Iterable[Mapping[str, Any]]) -> dict[LedgerKey, dict[str,
 
 
 def new_object(key: LedgerKey, namespace: str, charges: Mapping[str, Entry] | None = None,
-               part: str = RECENT) -> Object:
+               part: str = RECENT, caps: Mapping[str, Stated] | None = None) -> Object:
     """A new ledger object: a recent part holding ``charges`` (the pods the cluster view shows in its
     group), or an empty settled part."""
     spec: dict[str, str] = {"scope": key.scope, "group": key.group, "modelLabel": key.model_label}
@@ -172,6 +216,8 @@ def new_object(key: LedgerKey, namespace: str, charges: Mapping[str, Entry] | No
         spec["part"] = part
     status: dict[str, Any] = {"charges": text_of(charges or {})}
     status["settledGeneration" if part == RECENT else "generation"] = 0
+    if caps and part == RECENT:
+        status["caps"] = statements_text(caps)
     return {
         "apiVersion": API_VERSION, "kind": KIND,
         "metadata": {"name": name_of(key, part), "namespace": namespace, "labels": dict(MANAGED_BY)},
@@ -282,7 +328,8 @@ def text_of(charges: Mapping[str, Entry]) -> str:
 
 
 def replaced(obj: Mapping[str, Any], charges: Mapping[str, Entry], released: Iterable[str] = (),
-             generation: int | None = None, epoch: int | None = None) -> Object:
+             generation: int | None = None, epoch: int | None = None,
+             caps: Mapping[str, Stated] | None = None) -> Object:
     """``obj`` (as read, with its resourceVersion: the write's precondition) with its charges, released
     charges (a recent part) and generation replaced: the body of a replace (PUT), which kube-apiserver
     refuses with 409 if the object changed since. (A replace costs it ~1 ms less than a merge patch of
@@ -296,6 +343,8 @@ def replaced(obj: Mapping[str, Any], charges: Mapping[str, Entry], released: Ite
         status["settledGeneration" if part_of(obj) == RECENT else "generation"] = generation
     if epoch is not None:
         status["epoch" if part_of(obj) == RECENT else "recentEpoch"] = epoch
+    if caps is not None and part_of(obj) == RECENT:
+        status["caps"] = statements_text(caps)
     return {**obj, "metadata": meta, "status": status}
 
 

@@ -56,6 +56,13 @@ class LedgerMetrics:
         self.missing = Gauge(f"{PREFIX}_ledger_missing",
                              "1 while a policy enforces GPU caps and GPUQuotaLedgers are not served (the server is "
                              "not Ready).", registry=registry)
+        self.stated = Gauge(f"{PREFIX}_stated_caps",
+                            "Policies whose caps the ledgers state, live: own (this replica's, renewed here), "
+                            "other (another policy version's, enforced here too until they lapse), unreadable "
+                            "(another version's this one cannot read: not enforced here).", ["origin"],
+                            registry=registry)
+        for origin in ("own", "other", "unreadable"):
+            self.stated.labels(origin)
         for reason in REFUSALS:
             self.refused.labels(reason)
         for outcome in OUTCOMES:

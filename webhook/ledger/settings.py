@@ -36,6 +36,12 @@ class LedgerSettings:
         return min(self.reserve_life, self.window / 4)
 
     @property
+    def lease(self) -> float:
+        """How long a ledger's statement of a policy's caps lives unless renewed (``webhook.ledger.statements``):
+        each replica renews its own every ``lease / 4`` seconds at most, and in every write of the ledger."""
+        return max(4 * self.sweep, 30.0)
+
+    @property
     def sweep(self) -> float:
         """How often charges are checked against the cluster view: a few times per window."""
         return min(max(self.window / 4, 0.25), 15.0)

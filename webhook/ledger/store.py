@@ -11,6 +11,7 @@ precondition (409 when anyone changed it since).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,13 +19,17 @@ from typing import Any
 
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.ledger import document
-from webhook.ledger.document import RECENT, SETTLED, Entry, Part
+from webhook.ledger.document import RECENT, SETTLED, Entry, Part, Stated
 from webhook.ledger.metrics import LedgerMetrics
 from webhook.ledger.settings import LedgerSettings
 from webhook.policy.charges import Holding, LedgerKey
 
+log = logging.getLogger(__name__)
+
 #: the pods of a ledger's group as the cluster view shows them: what a new ledger starts with
 Seeder = Callable[[LedgerKey], Awaitable[Mapping[str, Holding]]]
+#: the caps this replica's policies state (``webhook.ledger.statements``): digest → (model label, definition)
+Stating = Callable[[], Mapping[str, tuple[str, str]]]
 #: a charge whose pod the cluster view shows stored (and so may be settled)
 Confirmed = Callable[[str, Entry], bool]
 Object = Mapping[str, Any]
@@ -47,6 +52,12 @@ class LedgerStore:
         self._held: dict[LedgerKey, frozenset[str]] = {}
         #: charges a write of each ledger's recent part adds, on average (how often to settle: ledger_upkeep)
         self._per_write: dict[LedgerKey, float] = {}
+        #: the caps this replica's policies state, renewed in every write of a recent part
+        self.stating: Stating = dict
+        #: whether the API server was seen to drop status.caps (an older CRD): said once
+        self._pruned = False
+        #: the live statements of other policy versions, as last worked out, and until when that holds
+        self._others: tuple[dict[str, str], float, Mapping[str, tuple[str, str]]] | None = None
 
     # ------------------------------------------------------------ what is known
 
@@ -54,6 +65,10 @@ class LedgerStore:
         """Every ledger's holdings, as last known."""
         return {part.key: document.holdings(part, self._cached(part.key, SETTLED))
                 for _, part in self._parts.values() if part.part == RECENT}
+
+    def holds(self, uid: str) -> bool:
+        """Whether a ledger known here holds a charge of ``uid`` (one dict lookup: safe from a watch thread)."""
+        return uid in self._where
 
     def ledgers_of(self, uid: str) -> set[LedgerKey]:
         return set(self._where.get(uid, ()))
@@ -69,6 +84,36 @@ class LedgerStore:
     def per_write(self, key: LedgerKey) -> float:
         """How many charges a write of the ledger's recent part adds, on average lately."""
         return self._per_write.get(key, 1.0)
+
+    def others(self) -> dict[str, str]:
+        """The live statements of every ledger known that this replica's policies do not define identically:
+        digest → definition (caps of other policy versions, enforced here too)."""
+        now, mine, lease = self.now(), self.stating(), self.settings.lease
+        if self._others is not None and now < self._others[1] and self._others[2] is mine:
+            return self._others[0]
+        found: dict[str, str] = {}
+        until = now + lease
+        for _, part in self._parts.values():
+            for digest, stated in part.caps.items():
+                ends = stated.renewed + lease
+                if digest not in mine and now < ends:
+                    found[digest] = stated.definition
+                    until = min(until, ends)
+        self._others = (found, until, mine)
+        return found
+
+    def due(self, key: LedgerKey) -> bool:
+        """Whether this replica's statements in ledger ``key`` need renewing: missing, or renewed more than
+        ``lease / 4`` seconds ago (as last known)."""
+        recent = self._cached(key, RECENT)
+        if recent is None:
+            return False
+        now = self.now()
+        for digest, (model_label, _) in self.stating().items():
+            stated = recent.caps.get(digest)
+            if model_label == key.model_label and (stated is None or now - stated.renewed >= self.settings.lease / 4):
+                return True
+        return False
 
     def _cached(self, key: LedgerKey, part: str) -> Part | None:
         found = self._parts.get(document.name_of(key, part))
@@ -86,6 +131,8 @@ class LedgerStore:
             return None
         self._parts[name] = (obj, part)
         self._place(part.key)
+        if self._others is not None and any(d not in self._others[0] and d not in self._others[2] for d in part.caps):
+            self._others = None  # a statement of another version not counted yet (one lapsing is, until it does)
         return part
 
     def forget(self, name: str) -> None:
@@ -93,6 +140,7 @@ class LedgerStore:
         found = self._parts.pop(name, None)
         if found is not None:
             self._place(found[1].key)
+            self._others = None
 
     def _place(self, key: LedgerKey) -> None:
         """Keep ``_where`` true of the ledger ``key``."""
@@ -145,7 +193,8 @@ class LedgerStore:
     async def _create(self, key: LedgerKey, timeout: float) -> Object:
         seeded = await self.seeder(key) if self.seeder is not None else {}
         now = self._clock()
-        body = document.new_object(key, self.settings.namespace, {u: Entry(h, now) for u, h in seeded.items()})
+        body = document.new_object(key, self.settings.namespace, {u: Entry(h, now) for u, h in seeded.items()},
+                                   caps=self._stated(key, {}))
         obj, created = await self._post(body, timeout)
         if seeded and created:
             self.metrics.corrections.labels("added").inc(len(seeded))
@@ -167,7 +216,8 @@ class LedgerStore:
                     generation: int | None = None, timeout: float = 10.0, epoch: int | None = None) -> Part:
         """Replace the ledger object ``obj`` (as read) by one holding ``charges`` (and, a recent part,
         ``released``), at ``generation`` when given; ApiError 409 if it changed since. A recent part's
-        epoch is counted up; a settled part takes ``epoch``, the recent part's it was settled from."""
+        epoch is counted up, and it states the live caps it stated with this replica's renewed; a settled
+        part takes ``epoch``, the recent part's it was settled from."""
         name = str(obj["metadata"]["name"])
         old = document.read(obj)
         assert old is not None
@@ -178,12 +228,42 @@ class LedgerStore:
                 self._per_write[old.key] = 0.8 * self.per_write(old.key) + 0.2 * added
         elif epoch is None:
             epoch = old.epoch
+        caps = self._stated(old.key, old.caps) if old.part == RECENT else None
         written = await self.session.request("PUT", self._path(name),
-                                             document.replaced(obj, charges, released, generation, epoch),
+                                             document.replaced(obj, charges, released, generation, epoch, caps),
                                              timeout=timeout)
+        if caps and not self._pruned and not (written.get("status") or {}).get("caps"):
+            # a CRD older than this version prunes status.caps: no other version learns this one's caps
+            self._pruned = True
+            log.error("the API server dropped the caps this replica states in GPUQuotaLedgers (status.caps): its "
+                      "CRD is older than this version; apply deploy/base/quota-ledger-crd.yaml, or caps may be "
+                      "passed while policy versions overlap")
         part = Part(old.key, old.part, dict(charges), released if old.part == RECENT else frozenset(),
-                    old.generation if generation is None else generation, epoch)
+                    old.generation if generation is None else generation, epoch, caps or {})
         return self.known(written, part) or part
+
+    def _stated(self, key: LedgerKey, caps: Mapping[str, Stated]) -> dict[str, Stated]:
+        """What a write of ledger ``key``'s recent part that states ``caps`` (as read) states: the live ones,
+        this replica's renewed now (those of the ledger's model label)."""
+        now, lease = self.now(), self.settings.lease
+        found = {d: s for d, s in caps.items() if now - s.renewed < lease}
+        for digest, (model_label, definition) in self.stating().items():
+            if model_label == key.model_label:
+                found[digest] = Stated(definition, now)
+        return found
+
+    async def restate(self, key: LedgerKey, timeout: float = 10.0) -> None:
+        """Renew this replica's statements in ledger ``key`` (a write of its recent part as it is)."""
+        fresh = False
+        for _ in range(4):
+            obj, recent = await self.current(key, fresh, timeout)
+            try:
+                await self.write(obj, recent.charges, recent.released, timeout=timeout)
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                fresh = True
 
     async def settle(self, key: LedgerKey, confirmed: Confirmed, timeout: float = 10.0) -> int:
         """Move the recent charges of pods seen stored to the settled part, and remove from it the

@@ -16,7 +16,11 @@
   or a namespace's labels change, each ledger is recounted from the view's
   pods (``webhook.ledger.recount``): a pod holding GPUs without a charge is
   charged, a charge the policies no longer make is removed.
-- Every replica watches the ledger objects, so each knows the others' charges.
+- Every replica watches the ledger objects, so each knows the others' charges
+  and the caps they state (``webhook.ledger.statements``): it renews its
+  own statements (``state``) at least every ``lease / 4`` seconds, and
+  counts and recounts pods under its policies and the live statements of
+  other policy versions together.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from webhook.cluster.index import ClusterIndex
 from webhook.cluster.session import ApiError, ApiSession
 from webhook.cluster.watch import ResourceWatch, WatchSettings
 from webhook.kube import names, termination
-from webhook.ledger import document, recount, reservation
+from webhook.ledger import document, recount, reservation, statements
 from webhook.ledger.charger import Ledger
 from webhook.ledger.document import Entry
 from webhook.ledger.metrics import LedgerMetrics
@@ -79,6 +83,15 @@ class Upkeep:
         self._settled_at: dict[LedgerKey, float] = {}
         #: stored pods the pod watch saw holding GPUs with no charge known here: charged at the next beat
         self._uncharged: dict[str, Object] = {}
+        #: the statements of other policy versions last logged
+        self._others: frozenset[str] = frozenset()
+        #: whether the ledger watch has listed the ledgers (what other policy versions state is known)
+        self.listed = False
+
+    def counted(self) -> PolicySet:
+        """What a pod's charges are counted by: this replica's policies, and the live caps other policy
+        versions state in the ledgers (a recount never removes a charge one of them makes)."""
+        return statements.union(self._policies(), self.ledger.store.others())
 
     # ------------------------------------------------------------ what a new ledger starts with
 
@@ -88,7 +101,7 @@ class Upkeep:
             return {}
         names = recount.namespaces_of(key, self.index.namespaces())
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, recount.holdings, self._policies(), self.index, key, names,
+        return await loop.run_in_executor(None, recount.holdings, self.counted(), self.index, key, names,
                                           self.ledger.store.now())
 
     def _view_known(self) -> bool:
@@ -111,6 +124,7 @@ class Upkeep:
                 async with asyncio.timeout(min(settings.sweep, TICK) * (0.75 + self._rng.random() / 2)):
                     await self._recount_due.wait()
             try:
+                await self.state()
                 await self.settle()
                 if self._uncharged:
                     await self.heal()
@@ -123,6 +137,55 @@ class Upkeep:
                     await self.recount()
             except Exception:  # noqa: BLE001 - the upkeep must outlive any one failure
                 log.exception("GPU quota ledger upkeep failed")
+
+    async def state(self) -> None:
+        """Renew this replica's statements of its caps in the anchor ledgers when due (made when missing: a
+        replica states its caps before any pod is charged; ``webhook.ledger.statements``); say which caps of
+        other policy versions are enforced here too. The replica is Ready once its ledger watch has listed (it
+        knows what other versions state) and its anchors state its caps. (The other ledgers state them in
+        every write this replica makes of them: each replica reads the union of every ledger's statements,
+        so the anchors' renewals alone keep them live, one write per lease / 4 and model label.)"""
+        store = self.ledger.store
+        anchors = {statements.anchor(store.settings.namespace, label) for label, _ in store.stating().values()}
+        stated = True
+        for key in sorted(anchors, key=lambda k: k.model_label):
+            if store.recent(key) is None or store.due(key):
+                try:
+                    await store.restate(key)
+                except ApiError as exc:
+                    stated = False
+                    log.warning("stating this replica's caps in the GPU quota ledger of %s failed: %s", key.describe(),
+                                exc)
+        if stated and self.listed:
+            self.ledger.unstated = ""
+        self.note_others()
+
+    def note_others(self) -> None:
+        """The metric and log line of the caps other policy versions state: enforced here while they live."""
+        store = self.ledger.store
+        others = store.others()
+        unreadable = sorted(d for d, definition in others.items() if statements.readable(definition) is None)
+        metrics = self.ledger.metrics
+        metrics.stated.labels("own").set(len(store.stating()))
+        metrics.stated.labels("other").set(len(others) - len(unreadable))
+        metrics.stated.labels("unreadable").set(len(unreadable))
+        seen = frozenset(others)
+        if seen == self._others:
+            return
+        added, gone = sorted(seen - self._others), sorted(self._others - seen)
+        self._others = seen
+        for digest in added:
+            name = statements.name_of(others[digest])
+            if digest in unreadable:
+                log.error("another policy version states caps this version cannot read (policy %s, digest %s): they "
+                          "are not enforced by this replica", name, digest)
+            else:
+                log.warning("enforcing the caps of policy %s as another policy version states them (digest %s) "
+                            "beside this replica's own, until no replica renews them for %gs: while two versions "
+                            "overlap, the stricter cap holds", name, digest, self.ledger.settings.lease)
+        if gone:
+            log.info("caps stated by another policy version lapsed (digests %s): this replica's own caps alone "
+                     "apply to them now", ", ".join(gone))
 
     async def settle(self) -> None:
         """Settle the ledgers whose recent part holds enough charges of pods seen stored (or released
@@ -225,7 +288,7 @@ class Upkeep:
         if not pods:
             return
         loop = asyncio.get_running_loop()
-        keys = await loop.run_in_executor(None, recount.ledgers_of, self._policies(), self.index, list(pods.values()),
+        keys = await loop.run_in_executor(None, recount.ledgers_of, self.counted(), self.index, list(pods.values()),
                                           self.ledger.store.now())
         for key in sorted(keys, key=lambda k: (k.scope, k.team_label, k.group, k.model_label)):
             try:
@@ -336,7 +399,10 @@ class PodFollower:
         # still there: ResourceQuota counts it so)
         if not recount.live(pod, self._upkeep.ledger.store.now()):
             self._released([uid], "deleted" if termination.terminating(pod) else "finished")
-        elif uid:  # stored and holding: charged at once if no ledger charges it (self-healing)
+        elif uid and not self._upkeep.ledger.store.holds(uid):
+            # stored and holding, and no ledger known here charges it: charged at once (self-healing). The
+            # check first, here in the watch thread (a lookup: atomic), spares the loop a call per update of
+            # every charged pod (status changes, a bind)
             self._upkeep.on_loop(self._upkeep.uncharged, pod)
 
     def discard(self, namespace: str, name: str) -> None:
@@ -402,6 +468,7 @@ class LedgerFollower:
         self._names = names
         for obj in listed:
             self._upkeep.on_loop(self._upkeep.ledger.store.known, obj)
+        self._upkeep.on_loop(setattr, self._upkeep, "listed", True)
 
 
 @contextlib.asynccontextmanager
@@ -413,11 +480,15 @@ async def running(api_client: client.ApiClient, index: ClusterIndex, policies: C
     metrics = LedgerMetrics(registry, settings.window)
     session = ApiSession(api_client.configuration)
     async with session.running():
-        ledger = Ledger(LedgerStore(session, settings, metrics))
+        # every age on the API server's clock (webhook.cluster.clock): replicas' wall clocks may differ
+        ledger = Ledger(LedgerStore(session, settings, metrics, clock=session.clock.now))
         ledger.serving = LedgerServing(session, policies, metrics)
+        ledger.unstated = ("GPU quota ledger: the caps the ledgers state (every policy version's) not read yet, or "
+                           "this replica's not stated yet")
         serving = asyncio.create_task(ledger.serving.run())
         upkeep = Upkeep(ledger, index, policies)
         ledger.store.seeder = upkeep.seed
+        ledger.store.stating = lambda: statements.own(policies())
         index.follow("pods", PodFollower(upkeep))
         index.follow("namespaces", NamespaceFollower(upkeep))
         custom = client.CustomObjectsApi(api_client)

@@ -10,22 +10,40 @@ warning; fail-closed: denied); when the API server refused the ledger's write
 for what it holds (too large, invalid, forbidden), a denial whatever
 ``clusterUnavailable`` says. A pod refused after some of its charges were
 written gives them back.
+
+While replicas on another policy version state caps in the ledgers that this
+replica's policies do not define identically (``webhook.ledger.statements``:
+a rollout), a new pod is judged under those too, and charged for them in the
+same writes (:func:`stated`).
 """
 
 from __future__ import annotations
 
 import logging
 
+from webhook.ledger import statements
 from webhook.ledger.charger import Ledger
 from webhook.policy import charges
 from webhook.policy.decision import Decision
+from webhook.policy.loader import PolicySet
 from webhook.policy.request import Request
+from webhook.view.protocol import ClusterView
 
 log = logging.getLogger(__name__)
 
 
-async def settle(ledger: Ledger, request: Request, decision: Decision) -> Decision:
-    """``decision`` once its charges are settled (unchanged when it has none or denies already)."""
+def stated(ledger: Ledger, request: Request, phase: str) -> bool:
+    """Whether the request is a new pod that caps of other policy versions, stated in the ledgers, apply to."""
+    return (phase == "validate" and request.operation == "CREATE" and request.kind == "Pod" and not request.group
+            and not request.sub_resource and bool(ledger.store.others()))
+
+
+async def settle(ledger: Ledger, request: Request, decision: Decision, policies: PolicySet | None = None,
+                 view: ClusterView | None = None) -> Decision:
+    """``decision`` once its charges are settled (unchanged when it has none or denies already); with
+    ``policies`` and ``view``, judged and charged under the caps other policy versions state too."""
+    if decision.allowed and policies is not None and view is not None and (others := ledger.store.others()):
+        decision = statements.stated_decision(statements.others_set(others, policies), request, view, decision)
     if not decision.charges or not decision.allowed:
         return decision
     settlement = await ledger.settle(decision.charges, request.dry_run)

@@ -121,10 +121,11 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
             return Answer(done)
         outcome = done  # a pod to charge to the GPU quota ledger first
     decision = outcome.decision
-    if decision.charges:  # a new pod under enforced GPU caps: charged to the ledger before it is allowed
-        ledger = state.app.get(keys.LEDGER)
-        if ledger is not None:
-            decision = await charging.settle(ledger, parsed.request, decision)
+    ledger = state.app.get(keys.LEDGER)
+    # a new pod under enforced GPU caps (or caps another policy version states): charged to the ledger
+    # before it is allowed
+    if ledger is not None and (decision.charges or charging.stated(ledger, parsed.request, phase)):
+        decision = await charging.settle(ledger, parsed.request, decision, args[0], args[2])
     context = (state, endpoint, parsed, phase, started)
     return Answer(account(answered(decision, outcome.refused, context), context))
 
@@ -145,7 +146,8 @@ def answer_inline(outcome: evaluation.Outcome, context: Context) -> Answered | e
     """The answer to an admission evaluated inline (evaluation.Turns); or its outcome, when the GPU
     quota ledger must charge it first (which its task does)."""
     _count_refusal(context[0], outcome)
-    if outcome.decision.charges and context[0].app.get(keys.LEDGER) is not None:
+    ledger = context[0].app.get(keys.LEDGER)
+    if ledger is not None and (outcome.decision.charges or charging.stated(ledger, context[2].request, context[3])):
         return outcome
     return answered(outcome.decision, outcome.refused, context)
 
