@@ -123,3 +123,30 @@ async def test_the_watch_thread_leaves_the_loop_alone_for_a_pod_a_ledger_charges
         assert calls == []
         follower.put(pod("uncharged"))
         assert [args[0]["metadata"]["uid"] for args in calls] == ["uid-uncharged"]
+
+
+async def test_the_recount_corrects_a_holding_that_no_longer_says_what_the_pod_holds(api: FakeApiServer) -> None:
+    """Issue #41, holdings that follow the pod: a pod charged while scheduling-gated with no model, then
+    ungated with a nodeSelector on one (Kueue does this), is counted on that model from the recount on,
+    from when it was first charged; the control, a pod whose holding is what it holds, is left as it was."""
+    free = Holding("ml", "gated", "", None, (("nvidia.com/gpu", Decimal(1)),))
+    kept = Holding("ml", "other", "", None, (("nvidia.com/gpu", Decimal(1)),))
+    api.add(document.new_object(KEY, NAMESPACE, {"uid-gated": document.Entry(free, 100.0),
+                                                 "uid-other": document.Entry(kept, 200.0)}))
+    ungated = pod("gated")
+    ungated["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    view = _View.from_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, ungated,
+                               pod("other")], known=("namespaces", "pods"))
+    async for upkeep, registry in _upkeep(api, view):
+        upkeep.ledger.store.known(api.get("GPUQuotaLedger", document.name_of(KEY), NAMESPACE) or {})
+        await upkeep.recount()
+        held = document.effective(api.objects("GPUQuotaLedger"))[KEY]
+        assert held["uid-gated"].holding.models == frozenset({"NVIDIA-H100-80GB-HBM3"})
+        assert held["uid-gated"].at == 100.0
+        assert held["uid-other"] == document.Entry(kept, 200.0)
+        assert registry.get_sample_value("gpu_admission_quota_recount_corrections_total",
+                                         {"change": "corrected"}) == 1.0
+        # corrected: the next recount writes nothing
+        writes = len(api.requests(method="PUT"))
+        await upkeep.recount()
+        assert len(api.requests(method="PUT")) == writes

@@ -325,15 +325,21 @@ class Upkeep:
             expected = await self.seed(key)
             now = store.now()
             added = {uid: Entry(h, now) for uid, h in expected.items() if uid not in held}
+            # a holding that no longer says what the pod holds (its scheduling gates lifted with a
+            # nodeSelector or affinity added, which only narrows its models; a line of an older version):
+            # the charge made again from the pod as it is, from when it was first charged
+            corrected = {uid: Entry(h, held[uid].at) for uid, h in expected.items()
+                         if uid in held and held[uid].holding != h and self._seen_live(uid, held[uid])}
             # a reservation a window old is of a replica that is gone (a live one returns its own well
             # before): the pods it admitted are stored by now, so in ``expected``
             removed = {uid for uid, entry in held.items()
                        if (uid not in expected and self._seen_live(uid, entry))
                        or (reservation.is_reservation(uid) and now - entry.at >= self.ledger.settings.window)}
-            if not added and not removed:
+            if not added and not removed and not corrected:
                 return {}
             charges = {uid: entry for uid, entry in recent.charges.items() if uid not in removed}
             charges.update(added)
+            charges.update(corrected)
             try:
                 await store.write(obj, charges, recent.released | removed)
             except ApiError as exc:
@@ -342,10 +348,11 @@ class Upkeep:
                 continue
             store.metrics.corrections.labels("added").inc(len(added))
             store.metrics.corrections.labels("removed").inc(len(removed))
+            store.metrics.corrections.labels("corrected").inc(len(corrected))
             if removed:
                 store.metrics.releases.labels("recount").inc(len(removed))
-            log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed",
-                     key.describe(), len(added), len(removed))
+            log.info("recounted the GPU quota ledger of %s: %d charges added, %d removed, %d corrected",
+                     key.describe(), len(added), len(removed), len(corrected))
             return added
         return {}
 
