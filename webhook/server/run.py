@@ -50,7 +50,7 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
         idle_timeout=args.idle_timeout, handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
         client_names=frozenset(args.client_name), metrics_port=args.metrics_port,
     )
-    with collector.fewer_collections():
+    with collector.fewer_collections(collector.SERVE_YOUNG_THRESHOLD):
         loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
     return 0
 
