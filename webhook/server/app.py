@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from webhook import logs
-from webhook.cluster import ClusterIndex
 from webhook.errors import CertificateError
 from webhook.ledger.charger import Ledger
 from webhook.policy.loader import PolicySet
@@ -29,10 +29,13 @@ from webhook.server.tls import ReloadingTLS
 from webhook.view.protocol import ClusterView
 from webhook.view.snapshot import EMPTY_VIEW
 
+if TYPE_CHECKING:  # (the cluster index and its kubernetes client: imported by serve only with a cluster)
+    from webhook.cluster import ClusterIndex
+
 log = logging.getLogger(__name__)
 
 #: runs the GPU quota ledger beside the cluster index: (index, the policies in force, metrics) → the ledger
-LedgerBuilder = Callable[[ClusterIndex, Callable[[], PolicySet], Metrics], AbstractAsyncContextManager[Ledger]]
+LedgerBuilder = Callable[["ClusterIndex", Callable[[], PolicySet], Metrics], AbstractAsyncContextManager[Ledger]]
 
 @dataclass(frozen=True)
 class AppConfig:
