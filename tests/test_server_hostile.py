@@ -280,8 +280,9 @@ async def test_a_review_of_too_many_json_objects_is_refused_before_decoding(webh
 
 @pytest.mark.parametrize("size", [1000, 63 * 1024, 64 * 1024, 64 * 1024 + 1, 300 * 1024])
 def test_json_objects_are_counted_alike_below_and_above_the_size_counted_by_deleting(size: int) -> None:
-    """Bodies up to 64 KiB have their "{" counted one way, larger ones another: the same count, and
-    the same refusal past the limit (a body of little but objects, as a hostile one is)."""
+    """Bodies have their "{" counted 64 KiB at a time until the count is past the limit, the rest
+    another way: the same count, and the same refusal past the limit (a body of little but objects,
+    as a hostile one is), wherever the limit falls."""
     from webhook.errors import RequestBodyError
     from webhook.server.handlers import _count_objects
 
@@ -292,3 +293,8 @@ def test_json_objects_are_counted_alike_below_and_above_the_size_counted_by_dele
         _count_objects(dense, dense.count(b"{") - 1)
     assert refused.value.status == 413 and f"up to {dense.count(b'{')} JSON objects" in str(refused.value)
     assert _count_objects(dense, dense.count(b"{")) == dense.count(b"{")
+    for limit in (0, 1000, 30_000):  # past the limit in the first chunk, or a later one
+        if dense.count(b"{") > limit:
+            with pytest.raises(RequestBodyError) as refused:
+                _count_objects(dense, limit)
+            assert f"up to {dense.count(b'{')} JSON objects" in str(refused.value)

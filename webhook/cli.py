@@ -26,8 +26,9 @@ log = logging.getLogger("webhook")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(audits=_command(words) not in ("serve", "certs", "policies"))
+    args = parser.parse_args(words)
     logging.basicConfig(level=getattr(args, "log_level", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args))
@@ -44,7 +45,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNEXPECTED
 
 
-def _parser() -> argparse.ArgumentParser:
+def _command(words: Sequence[str]) -> str | None:
+    """The command ``words`` name (their first word that is no global option, nor its value)."""
+    rest = iter(words)
+    for word in rest:
+        if word == "--log-level":
+            next(rest, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _parser(audits: bool = True) -> argparse.ArgumentParser:
+    """The CLI's parser; ``audits``: with the audit commands (audit, test, report), whose modules
+    import the cluster's (the kubernetes client, ~20 MB resident): serve, certs and policies do
+    without them, and a server without a cluster never imports it."""
     parser = argparse.ArgumentParser(prog="gpu-admission", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpu-admission {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -52,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     _certs_parser(sub)
     _policies_parser(sub)
+    if not audits:
+        return parser
     from webhook import audit
     from webhook.audit import report_command, suite
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,9 @@ def test_running_workloads_of_opted_in_namespaces_judged_as_if_created_now(
     audited = {(r["kind"], r["namespace"], r["name"]) for r in results}
     assert {("Deployment", opted_in[0], "too-new"), ("Pod", opted_in[0], "bare")} <= audited
     assert not any(name in ("elsewhere", "too-new-abc") for _, _, name in audited)
-    # pods are listed once, page by page: the view and the audit share that list
+    # pods are listed page by page: for the view, then again for the audit (none kept whole meanwhile)
     pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch]
-    assert len(pod_lists) > 2 and sum("continue" not in r.query for r in pod_lists) == 1
+    assert len(pod_lists) > 2 and sum("continue" not in r.query for r in pod_lists) == 2
     denied = next(r for r in results if r["name"] == "too-new")
     assert code == 1 and denied["verdict"] == "deny" and denied["source"] == f"cluster:{opted_in[0]}"
     assert not any(p["path"].startswith("/status") for p in denied["patch"])
@@ -169,3 +170,30 @@ def test_running_pods_of_a_namespace_exactly_at_its_resource_quota_are_not_over_
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2", "namespace": "full"}, "spec": {"containers": [gpu]}}))
     code, out, _ = audit(capsys, "--cluster", "--kubeconfig", str(kubeconfig), str(third), policies=policies)
     assert code == 1 and "uses 2 of 2 requests.nvidia.com/gpu (ResourceQuota gpus)" in out, out
+
+
+@pytest.mark.parametrize("output", ["text", "json", "policyreport", "junit", "sarif"])
+def test_a_fleet_is_judged_page_by_page_and_reported_as_from_whole_results(
+    api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+) -> None:
+    """``--cluster`` without manifests keeps of each result what the reports name (pods listed again,
+    page by page, as ``report`` does): every format says what it says from whole results, which
+    ``--write-mutated`` keeps (it writes the mutated objects)."""
+    for namespace in ("gpu-team", "notebooks"):
+        api.add({"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": namespace, "labels": {cluster_source.OPT_IN_LABEL: "true"}}})  # fmt: skip
+        api.add(_deployment("too-new", namespace))
+        api.add(_deployment("fits", namespace, image="nvcr.io/nvidia/pytorch:24.01-py3"))
+        for n, pod in enumerate(_items("pods.yaml")):
+            pod["metadata"] = {"name": f"listed-{n}", "namespace": namespace, "uid": f"uid-{namespace}-{n}",
+                               "labels": pod["metadata"].get("labels", {})}
+            api.add(pod)
+    common = ("-o", output, "--cluster", "-A", "--kubeconfig", str(kubeconfig), "--page-size", "3")
+    before = len([r for r in api.requests(path_contains="/api/v1/pods") if not r.watch and "continue" not in r.query])
+    code, paged, _ = audit(capsys, *common)
+    pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch and "continue" not in r.query]
+    assert len(pod_lists) - before == 2  # for the view, then for the audit: no pod kept whole in between
+    whole_code, whole, _ = audit(capsys, *common, "--write-mutated", str(tmp_path / "mutated"))
+    stamp = re.compile(r'"seconds": ?\d+|timestamp="[^"]*"|time="[^"]*"')
+    assert code == whole_code and stamp.sub("", paged) == stamp.sub("", whole)
+    assert "too-new" in paged

@@ -13,21 +13,28 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 import yaml
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
-from kubernetes.config.incluster_config import (
-    SERVICE_CERT_FILENAME,
-    SERVICE_HOST_ENV_NAME,
-    SERVICE_TOKEN_FILENAME,
-    InClusterConfigLoader,
-)
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    #: a connection to the API server; other packages hold it as a handle and reach the API only through this package
+    ApiClient = client.ApiClient
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 USER_AGENT = "gpu-admission"
 
-#: a connection to the API server; other packages hold it as a handle and reach the API only through this package
-ApiClient = client.ApiClient
+
+def __getattr__(name: str) -> Any:
+    # ``kubernetes`` is imported when a client is made, not with this module (which the CLI imports
+    # for ClusterConfigError, whatever the command): ApiClient is its client's class
+    if name == "ApiClient":
+        from kubernetes import client
+
+        return client.ApiClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ClusterConfigError(Exception):
@@ -40,14 +47,18 @@ def load_api_client(
     in_cluster: bool | None = None,
     *,
     environ: Mapping[str, str] | None = None,
-    service_account: tuple[str, str] = (SERVICE_TOKEN_FILENAME, SERVICE_CERT_FILENAME),
+    service_account: tuple[str, str] | None = None,
 ) -> client.ApiClient | None:
     """An API client for the configured cluster, or None when there is none.
 
     ``in_cluster=True`` insists on the service account, ``False`` never uses
     it, ``None`` uses it when the process runs in a pod. ``environ`` and
-    ``service_account`` (token file, CA file) exist for tests.
+    ``service_account`` (token file, CA file; the pod's by default) exist for tests.
     """
+    from kubernetes.config.incluster_config import SERVICE_CERT_FILENAME, SERVICE_TOKEN_FILENAME
+
+    if service_account is None:
+        service_account = (SERVICE_TOKEN_FILENAME, SERVICE_CERT_FILENAME)
     env = os.environ if environ is None else environ
     if kubeconfig or context:
         return _from_kubeconfig(kubeconfig or _default_kubeconfig(env), context)
@@ -64,6 +75,8 @@ def _default_kubeconfig(env: Mapping[str, str]) -> str:
 
 
 def _runs_in_pod(env: Mapping[str, str], token_file: str) -> bool:
+    from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
+
     return bool(env.get(SERVICE_HOST_ENV_NAME)) and Path(token_file).is_file()
 
 
@@ -72,6 +85,9 @@ def _from_kubeconfig(path: str, context: str | None) -> client.ApiClient:
     missing = [p for p in files if not Path(p).expanduser().is_file()]
     if not files or missing:
         raise ClusterConfigError(f"kubeconfig not found: {', '.join(missing) or path!r}")
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = client.Configuration()
     try:
         # persist_config=False: never write refreshed tokens back into the user's file.
@@ -88,6 +104,10 @@ def _from_kubeconfig(path: str, context: str | None) -> client.ApiClient:
 
 
 def _from_service_account(env: Mapping[str, str], files: tuple[str, str]) -> client.ApiClient:
+    from kubernetes import client
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
     configuration = client.Configuration()
     loader = InClusterConfigLoader(token_filename=files[0], cert_filename=files[1], environ=env)
     try:
@@ -98,6 +118,8 @@ def _from_service_account(env: Mapping[str, str], files: tuple[str, str]) -> cli
 
 
 def _client(configuration: client.Configuration) -> client.ApiClient:
+    from kubernetes import client
+
     api_client = client.ApiClient(configuration)
     # Tells our requests apart in the API server's audit log.
     api_client.user_agent = USER_AGENT

@@ -16,11 +16,13 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-from kubernetes import client
+
+if TYPE_CHECKING:  # (its configuration is what a session is built from: the caller has imported it)
+    from kubernetes import client
 
 from webhook.cluster.clock import ServerClock
 

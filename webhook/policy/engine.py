@@ -303,6 +303,20 @@ def _lifting(policies: PolicySet, request: Request, obj: dict[str, Any], sink: F
     return match.lifting(policies.exceptions, request.group, request.kind, request.namespace, obj, noted)
 
 
+def _looks_beyond_gpu_pods(policies: PolicySet, phase: Phase) -> bool:
+    """Does an active rule of ``phase`` apply to pods without GPUs (a policy that is not ``gpuOnly``)?
+
+    Per phase: gpu-access-guard (not ``gpuOnly``) runs only in validate, and a pod without GPUs need not
+    pay for the mutate phase's policies, which are all ``gpuOnly``. (Worked out once per policy set.)"""
+    key = ("beyond gpu pods", phase)
+    found = policies.memo.get(key)
+    if found is None:
+        found = policies.memo[key] = any(
+            _runs(getattr(policy.spec.rules, rule.name), rule, phase)
+            for policy in policies.active_policies if not policy.spec.match.gpuOnly for rule in RULES)
+    return found
+
+
 def _runs(cfg: Any, rule: _Rule, phase: Phase) -> bool:
     return cfg is not None and cfg.mode != "off" and phase in rule.phases
 
@@ -312,7 +326,7 @@ def _evaluate(
     in_place: bool,
 ) -> Decision:
     targets, slots, claims, gpu_pods, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
-    if not policies.looks_beyond_gpu_pods and not any(gpu_pods):
+    if not any(gpu_pods) and not _looks_beyond_gpu_pods(policies, phase):
         return ALLOW
     if claims is None:  # (after the return above: a pod without GPUs does not pay for it)
         claims = [None] * len(targets)

@@ -95,11 +95,6 @@ class PolicySet:
         """Policies with at least one rule that is not off, in order."""
         return tuple(p for p in self.policies if p.spec.rules.active())
 
-    @cached_property
-    def looks_beyond_gpu_pods(self) -> bool:
-        """True when an active policy also applies to pods without GPUs."""
-        return any(not p.spec.match.gpuOnly and p.spec.rules.active() for p in self.policies)
-
 
 def offloaded(policy_set: PolicySet, found: Offload) -> PolicySet:
     """The same policies with ``found`` left to compiled policies (what the engine works out anew)."""

@@ -172,19 +172,27 @@ def account(done: Answered, context: Context) -> bytes:
     return done.body
 
 
-#: bodies up to this size have their "{" counted by deleting them (_count_objects)
-_COUNT_BY_DELETING = 64 * 1024
+#: bodies have their "{" counted by deleting them, this many bytes at a time (_count_objects)
+_COUNT_CHUNK = 64 * 1024
 
 
 def _count_objects(body: bytes, limit: int) -> int:
     """An upper bound of the JSON objects in ``body``; RequestBodyError (413) past ``limit``."""
-    if len(body) <= _COUNT_BY_DELETING:
-        # bytes.count of one byte reads a byte at a time (4 µs on a 13 KB review); deleting it finds
-        # each with memchr, half the time on a review, but 10x slower on a body of little but
-        # "{": those past a small size are counted the plain way
-        objects = len(body) - len(body.replace(b"{", b""))
+    # bytes.count of one byte reads a byte at a time (21 µs on the 66 KB 20-container pod); deleting
+    # them finds each with memchr, half the time on a review, but ~30x slower on a body of little but
+    # "{" (25 ms on 3 MiB of them): chunk by chunk, until the count is past the limit, the rest then
+    # counted the plain way (0.8 ms on 3 MiB), so such a body costs no more than the limit's worth
+    size = len(body)
+    if size <= _COUNT_CHUNK:
+        objects = size - len(body.replace(b"{", b""))
     else:
-        objects = body.count(b"{")
+        objects = start = 0
+        while start < size and objects <= limit:
+            chunk = body[start:start + _COUNT_CHUNK]
+            objects += len(chunk) - len(chunk.replace(b"{", b""))
+            start += _COUNT_CHUNK
+        if start < size:
+            objects += body.count(b"{", start)
     if objects > limit:
         raise RequestBodyError(
             413, "too-many-objects",

@@ -70,9 +70,10 @@ QUIET_SECONDS = 0.5
 
 #: at shutdown, while connections mid-handshake are pending, the garbage collector runs this
 #: often to free those whose handshake failed: the young generations, then the whole heap if some
-#: remain. A full collection: ~0.3 ms once serve has moved its synced cluster view out of the
-#: collector's scans (gc.freeze), more as later relists add objects, ~75 ms without a cluster
-#: view (85,000 objects), a pause of the loop that answers what is in flight
+#: remain. A full collection: ~0.3 ms once serve has moved what was alive at its start and its
+#: synced cluster view out of the collector's scans (gc.freeze), more as later relists add objects
+#: (~75 ms over the 85,000 objects of a server without a cluster view, unfrozen), a pause of the
+#: loop that answers what is in flight
 COLLECT_SECONDS = 1.0
 
 #: connections open at once on the plain metrics port (``metrics_port``): a scraper or two, and probes

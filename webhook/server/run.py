@@ -6,17 +6,19 @@ import argparse
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from webhook import certs, cluster, collector, compiled, logs
-from webhook.cluster import ClusterIndex
-from webhook.cluster.discovery import served_resources
-from webhook.ledger import settings as ledger_settings, upkeep as ledger_upkeep
+from webhook.ledger import settings as ledger_settings
 from webhook.registry import flags
 from webhook.server import listener, loop
 from webhook.server.app import AppConfig, LedgerBuilder, create_app
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.tls import ReloadingTLS
+
+if TYPE_CHECKING:
+    from webhook.cluster import ClusterIndex
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
         idle_timeout=args.idle_timeout, handshake_timeout=args.handshake_timeout, max_connections=args.max_connections,
         client_names=frozenset(args.client_name), metrics_port=args.metrics_port,
     )
-    with collector.fewer_collections():
+    with collector.fewer_collections(collector.SERVE_YOUNG_THRESHOLD):
         loop.run(listener.serve(app, config, tls.context, drain=args.drain, timeout=args.shutdown_timeout), new_loop)
     return 0
 
@@ -68,6 +70,9 @@ def _api_client(args: argparse.Namespace) -> cluster.ApiClient | None:
 
 def _cluster_builder(api_client: cluster.ApiClient) -> Callable[[Metrics], ClusterIndex]:
     """The live cluster index."""
+    # (here: the cluster's modules import the kubernetes client, which serve --no-cluster does without)
+    from webhook.cluster.discovery import served_resources
+
     resources = served_resources(api_client)
     log.info("cluster view: list+watch of %s", ", ".join(resources))
     return lambda metrics: cluster.ClusterIndex(api_client, resources=resources, registry=metrics.registry)
@@ -75,6 +80,8 @@ def _cluster_builder(api_client: cluster.ApiClient) -> Callable[[Metrics], Clust
 
 def _ledger_builder(api_client: cluster.ApiClient, args: argparse.Namespace) -> LedgerBuilder:
     """The GPU quota ledger, in the API server the cluster view follows."""
+    from webhook.ledger import upkeep as ledger_upkeep
+
     settings = ledger_settings.settings(args)
     log.info("GPU quota ledger: GPUQuotaLedgers in namespace %s, release window %gs, recount every %gs",
              settings.namespace, settings.window, settings.recount)

@@ -20,5 +20,7 @@ FORMATS: dict[str, Renderer] = {
     "junit": junit.render,
     "sarif": sarif.render,
 }
+#: the formats that break results down per policy rule (``Report.outcomes``)
+BY_RULE = frozenset({"policyreport", "junit"})
 
-__all__ = ["FORMATS", "Renderer", "Report"]
+__all__ = ["BY_RULE", "FORMATS", "Renderer", "Report"]
