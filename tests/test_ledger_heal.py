@@ -150,3 +150,33 @@ async def test_the_recount_corrects_a_holding_that_no_longer_says_what_the_pod_h
         writes = len(api.requests(method="PUT"))
         await upkeep.recount()
         assert len(api.requests(method="PUT")) == writes
+
+
+async def test_a_charged_pod_ungated_with_a_narrower_model_has_its_charge_corrected_at_the_next_beat(
+    api: FakeApiServer,
+) -> None:
+    """The pod watch sees a charged pod's scheduling gates lifted, with a nodeSelector added (Kueue
+    ungating a group): the upkeep's next beat recounts its ledger, which corrects its charge, without
+    waiting for the periodic recount; an update of a charged pod that was never gated costs nothing."""
+    free = Holding("ml", "gated", "", None, (("nvidia.com/gpu", Decimal(1)),))
+    api.add(document.new_object(KEY, NAMESPACE, {"uid-gated": document.Entry(free, 100.0)}))
+    gated = pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    ungated = pod("gated")
+    ungated["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    view = _View.from_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, ungated],
+                              known=("namespaces", "pods"))
+    async for upkeep, _ in _upkeep(api, view):
+        upkeep.ledger.store.known(api.get("GPUQuotaLedger", document.name_of(KEY), NAMESPACE) or {})
+        upkeep.on_loop = lambda call, *args: call(*args)  # type: ignore[method-assign]  # (this test runs on the loop)
+        follower = PodFollower(upkeep)
+        follower.put(gated)
+        follower.put(gated)  # (another update while gated: nothing)
+        writes = len(api.requests(method="PUT"))
+        await upkeep.heal()
+        assert len(api.requests(method="PUT")) == writes
+        follower.put(ungated)
+        await upkeep.heal()  # the upkeep's next beat
+        held = document.effective(api.objects("GPUQuotaLedger"))[KEY]
+        assert held["uid-gated"].holding.models == frozenset({"NVIDIA-H100-80GB-HBM3"})
+        assert held["uid-gated"].at == 100.0

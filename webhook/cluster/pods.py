@@ -28,7 +28,8 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _METADATA = ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp",
              "deletionGracePeriodSeconds")
 # resourceClaims: pods that get GPUs through DRA claims
-_SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "resourceClaims")
+_SPEC = ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "resourceClaims",
+         "schedulingGates")  # (gates: a charged pod ungated has its charge corrected, webhook.ledger.upkeep)
 
 
 def is_gpu_resource(name: str) -> bool:

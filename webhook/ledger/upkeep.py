@@ -83,6 +83,7 @@ class Upkeep:
         self._settled_at: dict[LedgerKey, float] = {}
         #: stored pods the pod watch saw holding GPUs with no charge known here: charged at the next beat
         self._uncharged: dict[str, Object] = {}
+        self._moved: dict[str, Object] = {}  # charged pods whose scheduling gates were lifted
         #: the statements of other policy versions last logged
         self._others: frozenset[str] = frozenset()
         #: whether the ledger watch has listed the ledgers (what other policy versions state is known)
@@ -126,7 +127,7 @@ class Upkeep:
             try:
                 await self.state()
                 await self.settle()
-                if self._uncharged:
+                if self._uncharged or self._moved:
                     await self.heal()
                 if self._loop.time() >= next_sweep:
                     next_sweep = self._loop.time() + settings.sweep
@@ -277,19 +278,28 @@ class Upkeep:
         if uid and not self.ledger.store.ledgers_of(uid) and not self.ledger.admitted_unrecorded(uid):
             self._uncharged[uid] = pod
 
+    def ungated(self, pod: Object) -> None:
+        """On the loop: the pod watch saw a charged pod's scheduling gates lifted (its constraints may have
+        narrowed with them: KEP-3838): its ledgers are recounted at the next beat, which corrects its charge."""
+        uid = recount.uid_of(pod)
+        if uid:
+            self._moved[uid] = pod
+
     async def heal(self) -> None:
         """Charge the stored pods seen holding GPUs with no charge, at once rather than at the next periodic
         recount: each ledger such a pod would be charged to is recounted (a fresh read first: a charge another
-        replica wrote that this one's ledger watch has not delivered yet is found, not written twice)."""
+        replica wrote that this one's ledger watch has not delivered yet is found, not written twice). The
+        ledgers of pods just ungated are recounted too, which corrects their charges."""
         pods, self._uncharged = self._uncharged, {}
+        moved, self._moved = self._moved, {}
         if not self._view_known():
             return
         pods = {uid: pod for uid, pod in pods.items() if not self.ledger.store.ledgers_of(uid)}
-        if not pods:
+        if not pods and not moved:
             return
         loop = asyncio.get_running_loop()
-        keys = await loop.run_in_executor(None, recount.ledgers_of, self.counted(), self.index, list(pods.values()),
-                                          self.ledger.store.now())
+        keys = await loop.run_in_executor(None, recount.ledgers_of, self.counted(), self.index,
+                                          [*pods.values(), *moved.values()], self.ledger.store.now())
         for key in sorted(keys, key=lambda k: (k.scope, k.team_label, k.group, k.model_label)):
             try:
                 added = await self._recount(key)
@@ -395,6 +405,7 @@ class PodFollower:
     def __init__(self, upkeep: Upkeep) -> None:
         self._upkeep = upkeep
         self._uids: dict[tuple[str, str], str] = {}  # (only the pods' watch thread calls it)
+        self._gated: set[str] = set()  # the uids of pods seen with scheduling gates
 
     def put(self, pod: Object) -> None:
         key, uid = pod_key(pod), recount.uid_of(pod)
@@ -411,16 +422,24 @@ class PodFollower:
             # check first, here in the watch thread (a lookup: atomic), spares the loop a call per update of
             # every charged pod (status changes, a bind)
             self._upkeep.on_loop(self._upkeep.uncharged, pod)
+        if uid and (pod.get("spec") or {}).get("schedulingGates"):
+            self._gated.add(uid)
+        elif uid in self._gated:
+            self._gated.discard(uid)
+            if recount.live(pod, self._upkeep.ledger.store.now()) and self._upkeep.ledger.store.holds(uid):
+                self._upkeep.on_loop(self._upkeep.ungated, pod)
 
     def discard(self, namespace: str, name: str) -> None:
         uid = self._uids.pop((namespace, name), None)
         if uid:
+            self._gated.discard(uid)
             self._released([uid], "deleted")
 
     def replace(self, objects: Iterable[Object]) -> None:
         fresh = {pod_key(p): recount.uid_of(p) for p in objects}
         gone = set(self._uids.values()) - set(fresh.values())
         self._uids = fresh
+        self._gated &= set(fresh.values())
         self._released(sorted(u for u in gone if u), "deleted")
         self._upkeep.on_loop(self._upkeep.recount_soon)
 
