@@ -10,10 +10,13 @@ unschedulable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.e2e.admission import Admission
-from tests.e2e.fixtures import cpu_node, wait_for_view
-from tests.e2e.kube import Kube, Object, eventually
+from tests.e2e.fixtures import PLACEMENT_CAP, charged, cpu_node, wait_for_view
+from tests.e2e.kube import Kube, Object, Refused, eventually
 from tests.e2e.placement.pool import Pool, landed_on, placements
+from tests.e2e.placement.test_workloads import stays
 from tests.e2e.test_dra import GPU_TOLERATION, V1, dra_pod, template
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -69,5 +72,45 @@ def test_a_dra_pod_gets_its_claim_allocated_and_lands_on_the_node_publishing_the
 
         # the control: no toleration without the webhook, so the GPU node is out of reach
         assert landed_on(placements(admin, plain_namespace, ["trainer"]), pool) == {"trainer": None}
+    finally:
+        admin.delete(published)
+
+
+def test_pods_whose_template_is_deleted_keep_their_claims_gpus_under_the_cap(
+    admin: Kube, admission: Admission, pool: Pool, capped_namespaces: Callable[[int], list[str]]
+) -> None:
+    """Issue #41, third row: 8 pods from a ResourceClaimTemplate (claims made by the resourceclaim controller,
+    allocated by the scheduler) under a team cap of 8; the template deleted (a Helm or GitOps rename), a
+    recount: the pods still hold their claims' GPUs, and 8 more pods from a new template are refused. The
+    control: the first 8 fill the cap exactly."""
+    admin.ensure(device_class())
+    gpu = cpu_node("gpu", cpu="64", memory="256Gi")
+    gpu["spec"] = {"taints": [GPU_TAINT]}
+    pool.register(gpu)
+    published = admin.create(gpu_slice(pool.node_name("gpu"), gpus=2 * PLACEMENT_CAP))
+    (namespace,) = capped_namespaces(1)
+    try:
+        wait_for_view(admin, admission, "resourceslices", V1, "ResourceSlice")
+        made = admin.create(template("one-gpu", namespace))
+        wait_for_view(admin, admission, "resourceclaimtemplates", V1, "ResourceClaimTemplate")
+        first = pool.create([dra_pod(f"first-{i}", namespace, "one-gpu") for i in range(PLACEMENT_CAP)])
+        assert not [n for n, r in first.items() if isinstance(r, Refused)], first
+        assert set(landed_on(placements(admin, namespace, count=PLACEMENT_CAP), pool).values()) == {"gpu"}
+        eventually(lambda: all((p.get("status") or {}).get("resourceClaimStatuses")
+                               for p in admin.list("v1", "Pod", namespace)), what="the pods' generated claims")
+
+        admin.delete(made)  # the template goes; the pods keep the claims made from it
+        wait_for_view(admin, admission, "resourceclaimtemplates", V1, "ResourceClaimTemplate")
+        ns = admin.get("v1", "Namespace", namespace)
+        admin.patch(ns, {"metadata": {"labels": {"e2e-touched": "yes"}}})  # a namespace's labels change: a recount
+        stays(lambda: len(charged(admin, namespace)) == PLACEMENT_CAP, 8,
+              f"the {PLACEMENT_CAP} pods charged through the recount")
+
+        admin.create(template("renamed", namespace))
+        wait_for_view(admin, admission, "resourceclaimtemplates", V1, "ResourceClaimTemplate")
+        more = pool.create([dra_pod(f"more-{i}", namespace, "renamed") for i in range(PLACEMENT_CAP)])
+        refused = [r for r in more.values() if isinstance(r, Refused)]
+        assert len(refused) == PLACEMENT_CAP, more
+        assert all(f"uses {PLACEMENT_CAP} of {PLACEMENT_CAP} nvidia.com/gpu" in r.message for r in refused), refused
     finally:
         admin.delete(published)
