@@ -18,9 +18,11 @@ import pytest
 
 from tests.e2e.admission import Admission
 from tests.e2e.conftest import ALLOW_CLASSES, OPT_IN
-from tests.e2e.fixtures import CLAIMS_CAP_LABEL, charged, wait_for_view
+from tests.e2e.fixtures import CLAIMS_CAP_LABEL, charged, register_node, wait_for_view
 from tests.e2e.kube import Kube, Object, Refused, eventually
-from tests.e2e.test_dra import DENIED, V1, _admitted, _claim, _dra_served, device_class  # noqa: F401 (fixtures)
+from tests.e2e.test_dra import (  # noqa: F401 (fixtures)
+    DENIED, V1, _admitted, _claim, _dra_node, _dra_served, _gpu_slice, device_class,
+)
 from tests.e2e.test_quota_burst import create_at_once
 
 CAPPED = {CLAIMS_CAP_LABEL: "on"}
@@ -46,13 +48,20 @@ def _claims(admin: Kube, admission: Admission, namespace: str, **devices: int) -
 
 
 @pytest.fixture
-def capped(admin: Kube) -> Iterator[str]:
-    """A fresh opted-in namespace under the cap of 4 GPUs."""
+def capped(admin: Kube, admission: Admission) -> Iterator[str]:
+    """A fresh opted-in namespace under the cap of 4 GPUs, and a node publishing 8 GPUs (other tests'
+    nodes may publish fewer: a 4-device claim must fit one node, or draClaims refuses it)."""
     name = f"e2e-claims-{uuid.uuid4().hex[:8]}"
     admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": name, "labels": {OPT_IN: "true", **ALLOW_CLASSES, **CAPPED}}})
+    pool = f"dra-{uuid.uuid4().hex[:6]}"
+    register_node(admin, admission, _dra_node(f"{pool}-gpu", pool), ready=True)
+    admin.create(_gpu_slice(f"{pool}-gpu", "570.124.6", gpus=8))
+    wait_for_view(admin, admission, "resourceslices", V1, "ResourceSlice")
     yield name
     admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    admin.delete({"apiVersion": V1, "kind": "ResourceSlice", "metadata": {"name": f"{pool}-gpu-gpu.nvidia.com"}})
+    admin.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{pool}-gpu"}})
 
 
 def test_two_pods_sharing_a_claim_fill_the_cap_once_and_a_third_pod_is_refused(
