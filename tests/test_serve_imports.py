@@ -1,4 +1,5 @@
-"""What ``serve`` imports: without a cluster, nothing of the kubernetes client (~20 MB resident)."""
+"""What ``serve`` imports: without a cluster, nothing of the kubernetes client (~20 MB resident), nor
+cryptography (~9 MB)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,5 @@ def test_serve_without_a_cluster_imports_no_kubernetes_client(pki: Pki) -> None:
     modules = set(json.loads(done.stdout.splitlines()[0]))
     assert "webhook.server.handlers" in modules  # (it served)
     assert not {"kubernetes", "kubernetes_validate", "webhook.cluster.index", "webhook.audit"} & modules
+    # nor the cryptography package (~9 MB resident): the standard library reads the serving pair
+    assert not {"cryptography", "webhook.certs"} & modules

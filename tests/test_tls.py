@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import shutil
 import ssl
@@ -14,11 +15,15 @@ from typing import Any
 import aiohttp
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.conftest import Pki, StartWebhook, make_pki
 from tests.support import corpus_reviews, file_reads, load_review
 from webhook import certs
-from webhook.server import keys
+from webhook.errors import CertificateError
+from webhook.server import keys, tls
 
 
 async def served_certificate(port: int, ctx: ssl.SSLContext) -> x509.Certificate:
@@ -281,3 +286,42 @@ async def test_a_reload_reads_the_certificate_files_off_the_event_loop(
     assert metrics.cert_not_after.labels("serving")._value.get() == expiry(new.cert)
     assert metrics.cert_not_after.labels("client-ca")._value.get() == expiry(new.directory / "client-ca.crt")
     assert expiry(new.cert) != expiry(pki.cert) and expiry(new.directory / "client-ca.crt") != expiry(pki.directory / "client-ca.crt")
+
+
+def _self_signed(path: Path, not_after: datetime.datetime, *, encrypted: bool = False) -> tuple[Path, Path]:
+    """A certificate valid until ``not_after`` and its key (under a password if ``encrypted``)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(datetime.datetime(1990, 1, 1))
+            .not_valid_after(not_after).sign(key, hashes.SHA256()))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    encryption = serialization.BestAvailableEncryption(b"secret") if encrypted else serialization.NoEncryption()
+    (path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    return path / "tls.crt", path / "tls.key"
+
+
+@pytest.mark.parametrize("until", [
+    datetime.datetime(2049, 12, 31, 23, 59, 59),  # the last UTCTime (YYMMDDHHMMSSZ)
+    datetime.datetime(2050, 1, 1, 0, 0, 1),  # GeneralizedTime from 2050 on (RFC 5280 4.1.2.5)
+    datetime.datetime(2031, 7, 4, 12, 30, 5),
+    datetime.datetime(1999, 12, 31, 23, 0, 0),  # a UTCTime of the last century (YY 50-99)
+])
+def test_the_expiry_is_read_from_the_certificate_without_the_cryptography_package(tmp_path: Path, until: datetime.datetime) -> None:
+    cert, key = _self_signed(tmp_path, until)
+    expected = x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+    assert tls.not_after(b"intermediate text\n" + cert.read_bytes() + cert.read_bytes()) == expected  # (the chain's first)
+    assert tls.ReloadingTLS(cert, key).not_after == expected == until.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def test_an_encrypted_key_or_a_file_without_a_certificate_is_refused_and_not_asked_for(tmp_path: Path, pki: Pki) -> None:
+    cert, key = _self_signed(tmp_path / "encrypted", datetime.datetime(2040, 1, 1), encrypted=True)
+    with pytest.raises(CertificateError, match="the key is encrypted"):  # (never OpenSSL's prompt on the terminal)
+        tls.ReloadingTLS(cert, key)
+    for text in (b"", b"-----BEGIN CERTIFICATE-----\nbm90IGRlcg==\n-----END CERTIFICATE-----\n", pki.key.read_bytes()):
+        (tmp_path / "bad.crt").write_bytes(text)
+        with pytest.raises(CertificateError, match="cannot load"):
+            tls.ReloadingTLS(tmp_path / "bad.crt", pki.key)
+    with pytest.raises(CertificateError, match="is not the key of"):
+        tls.ReloadingTLS(cert, pki.key)

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import StartWebhook
 from tests.support import REVIEWS, load_review, shipped_policies
 from webhook import review
+from webhook.errors import ReviewError
 from webhook.server import evaluation
 from webhook.server.limits import Limits
 from webhook.view.snapshot import EMPTY_VIEW
@@ -73,7 +74,8 @@ async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(
 def _turns(seen: list[Any]) -> evaluation.Turns[Any, Any]:
     """Turns whose answer records the context it answers and gives the decision back, unless told otherwise."""
 
-    def answer(outcome: evaluation.Outcome, context: Any) -> Any:
+    def answer(outcome: evaluation.Outcome, parsed: review.Review, context: Any) -> Any:
+        assert parsed.request.operation == "CREATE"  # (the review its body was parsed into)
         seen.append(context)
         if context == "fails":
             raise ValueError("a bug in one answer")
@@ -83,13 +85,16 @@ def _turns(seen: list[Any]) -> evaluation.Turns[Any, Any]:
             return outcome
         return (context, outcome.decision.allowed)
 
-    return evaluation.Turns(answer, lambda made, context: ("accounted", *made))
+    return evaluation.Turns(answer, lambda made, parsed, context: ("accounted", *made))
 
 
-def _args(n: int) -> evaluation.DecideArgs:
-    body = copy.deepcopy(TRAINING)
-    body["request"]["uid"] = f"uid-{n}"
-    return (shipped_policies(), review.parse_review(json.dumps(body)), EMPTY_VIEW, "mutate", Limits(), 1000)
+def _args(n: int, body: bytes | None = None) -> evaluation.TurnArgs:
+    """An admission's, its review as its body (parsed in its turn)."""
+    if body is None:
+        sent = copy.deepcopy(TRAINING)
+        sent["request"]["uid"] = f"uid-{n}"
+        body = json.dumps(sent).encode()
+    return (shipped_policies(), body, EMPTY_VIEW, "mutate", Limits(), 1000)
 
 
 async def test_a_turn_takes_at_most_a_batch_and_the_rest_in_the_next_turn() -> None:
@@ -132,8 +137,26 @@ async def test_a_cancelled_admission_is_skipped_a_failure_fails_only_its_own() -
     assert first.result() == ("accounted", "first", True) and last.result() == ("accounted", "last", True)
     assert isinstance(fails.exception(), ValueError) and isinstance(stops.exception(), RuntimeError)
     assert isinstance(unreadable.exception(), AttributeError)  # decide itself failed: only its own admission
-    outcome = charged.result()  # given back unanswered: the admission's task charges the ledger, then answers
-    assert isinstance(outcome, evaluation.Outcome) and outcome.decision.patch
+    decided = charged.result()  # given back unanswered: the admission's task charges the ledger, then answers
+    assert isinstance(decided, evaluation.Decided) and decided.outcome.decision.patch
+    assert decided.parsed.uid == "uid-4"  # (with the review its body was parsed into in the turn)
+
+
+async def test_a_body_is_parsed_in_its_turn_one_that_is_no_review_fails_only_its_own() -> None:
+    seen: list[Any] = []
+    turns = _turns(seen)
+    first = turns.submit(_args(0), "first")
+    not_json = turns.submit(_args(1, b'{"apiVersion": '), "not json")
+    no_request = turns.submit(_args(2, b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}'), "no request")
+    policies, body, *rest = _args(3)
+    parsed_before = turns.submit((policies, review.parse_review(body), *rest), "parsed before")  # type: ignore[arg-type]
+    last = turns.submit(_args(4), "last")
+    await asyncio.sleep(0)
+    assert seen == ["first", "parsed before", "last"]
+    assert first.result() == ("accounted", "first", True) and last.result() == ("accounted", "last", True)
+    assert parsed_before.result() == ("accounted", "parsed before", True)  # (a review parsed already is taken as it is)
+    for failed in (not_json, no_request):  # (the admission's task answers its ReviewError with a 400)
+        assert isinstance(failed.exception(), ReviewError)
 
 
 def test_a_turn_left_on_a_loop_that_stopped_does_not_hold_up_the_next_loop() -> None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from webhook import __version__, certs
+from webhook import __version__
 from webhook.cluster.config import ClusterConfigError
 from webhook.errors import GpuAdmissionError, PolicyError
 from webhook.ledger import settings as ledger_settings
@@ -182,6 +182,8 @@ def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _certs_generate(args: argparse.Namespace) -> int:
+    from webhook import certs  # (here: cryptography is ~9 MB resident, which serve does without)
+
     names = [*certs.service_names(args.service, args.namespace), *args.dns]
     ca, cert, key = certs.generate_files(args.out, names, args.ip, days=args.days)
     print(f"CA certificate: {ca}\nserving certificate: {cert}\nserving key: {key}")

@@ -11,7 +11,8 @@ behind each other instead of taking every CPU.
 
 The inline evaluations of the reviews read in the same turn of the event
 loop run together in the next one (``Turns``), then their answers are made
-one after the other: see ``Turns`` for why.
+one after the other: see ``Turns`` for why. A review is parsed in its turn,
+not when its body is read: see ``Turns`` for that too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ _Answered = TypeVar("_Answered")
 _Done = TypeVar("_Done")
 #: what ``decide`` takes
 DecideArgs = tuple[PolicySet, review.Review, ClusterView, Phase, Limits, int]
+#: what a turn takes of an admission: ``decide``'s, its review as its body's bytes (parsed in its turn)
+#: or parsed already (when something had to read it before: the registry resolver's prefetch)
+TurnArgs = tuple[PolicySet, bytes | review.Review, ClusterView, Phase, Limits, int]
 
 
 class Outcome(NamedTuple):
@@ -52,6 +56,14 @@ class Outcome(NamedTuple):
 
     decision: Decision
     refused: str = ""
+
+
+class Decided(NamedTuple):
+    """An admission's outcome and the review it was parsed into in its turn, given back unanswered
+    (``Turns``): its task must do something before it is answered."""
+
+    outcome: Outcome
+    parsed: review.Review
 
 
 def decide(
@@ -73,9 +85,9 @@ def decide(
 
 class Turns(Generic[_Answered, _Done]):
     """The admissions whose reviews were read in the same turn of the event loop, taken together in
-    the next: all evaluated (``decide``), then all answered (``answer``), then all counted and
-    logged (``account``), one after the other; at most ``BATCH`` per turn, and reviews of at most
-    ``TURN_BYTES`` in all (but at least one).
+    the next: all parsed and evaluated (``decide``), then all answered (``answer``), then all
+    counted and logged (``account``), one after the other; at most ``BATCH`` per turn, and reviews
+    of at most ``TURN_BYTES`` in all (but at least one).
 
     Under load, the turn that reads requests reads one from each of several connections. Taken one
     at a time, each admission's evaluation, answer and log line ran cold, between its connection's
@@ -86,19 +98,31 @@ class Turns(Generic[_Answered, _Done]):
     skipped: the server stopping cancels its handlers' tasks (a client that goes away does not, with
     aiohttp's default ``handler_cancellation=False``), so an admission still waiting for its turn then
     is neither answered nor counted. Event loop thread only.
+
+    A review is parsed in its turn, not as soon as its body is read: what waits for the turn is one
+    bytes object, not the review's tree of dicts, lists and strings. Parsed on reading, the reviews
+    of a turn were built while the bodies of the others were read and decrypted, and freed when each
+    task resumed, after the whole turn: thousands of objects each, made and freed far from where they
+    are used, the allocator's and the CPU caches' work growing with the turn (docs/performance.md,
+    "Parsed in its turn"). A body that is no AdmissionReview fails its own admission with the
+    ReviewError (its task answers 400), as one whose evaluation fails.
     """
 
-    def __init__(self, answer: Callable[[Outcome, Any], _Answered | Outcome], account: Callable[[_Answered, Any], _Done]) -> None:
+    def __init__(
+        self, answer: Callable[[Outcome, review.Review, Any], _Answered | Outcome],
+        account: Callable[[_Answered, review.Review, Any], _Done],
+    ) -> None:
         self._answer, self._account = answer, account
-        self._waiting: list[tuple[DecideArgs, Any, asyncio.Future[_Done | Outcome]]] = []
+        self._waiting: list[tuple[TurnArgs, Any, asyncio.Future[_Done | Decided]]] = []
         self._sizes: list[int] = []  # each waiting admission's review, in bytes
         #: the loop a turn is scheduled on, while one is
         self._scheduled: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, args: DecideArgs, context: Any, size: int = 0) -> asyncio.Future[_Done | Outcome]:
-        """``account(answer(decide(*args), context), context)`` once the turn this admission joins has
-        run; or the outcome itself, when ``answer`` gives it back (what the admission's task must do
-        before it is answered: the GPU quota ledger's charge). ``size``: the review's bytes."""
+    def submit(self, args: TurnArgs, context: Any, size: int = 0) -> asyncio.Future[_Done | Decided]:
+        """``account(answer(decide(*args), parsed, context), parsed, context)`` once the turn this
+        admission joins has run (``parsed``: the review ``args`` holds, parsed if it is its body); or
+        the outcome and the review, when ``answer`` gives the outcome back (what the admission's task
+        must do before it is answered: the GPU quota ledger's charge). ``size``: the review's bytes."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self._scheduled is not loop:  # the first of a turn's
@@ -130,30 +154,32 @@ class Turns(Generic[_Answered, _Done]):
                 if not future.done():
                     _fail(future, RuntimeError("the admission's turn failed"))
 
-    def _take(self, batch: list[tuple[DecideArgs, Any, asyncio.Future[_Done | Outcome]]]) -> None:
-        decided: list[tuple[Outcome, Any, asyncio.Future[_Done | Outcome]]] = []
-        for args, context, future in batch:
+    def _take(self, batch: list[tuple[TurnArgs, Any, asyncio.Future[_Done | Decided]]]) -> None:
+        decided: list[tuple[Outcome, review.Review, Any, asyncio.Future[_Done | Decided]]] = []
+        parse = review.parse_review
+        for (policy_set, body, view, phase, limits, objects), context, future in batch:
             if future.cancelled():  # (the server stopping cancels the handlers' tasks)
                 continue
             try:
-                decided.append((decide(*args), context, future))
-            except Exception as exc:  # (decide answers the engine's errors itself) one bug fails its own request only
-                _fail(future, exc)
+                parsed = parse(body) if type(body) is bytes else body
+                decided.append((decide(policy_set, parsed, view, phase, limits, objects), parsed, context, future))  # type: ignore[arg-type]
+            except Exception as exc:  # (a ReviewError: not a review; decide answers the engine's errors itself) one
+                _fail(future, exc)  # bad body or bug fails its own request only
         answer, account = self._answer, self._account
-        answered: list[tuple[Any, Any, asyncio.Future[_Done | Outcome]]] = []
-        for outcome, context, future in decided:
+        answered: list[tuple[Any, review.Review, Any, asyncio.Future[_Done | Decided]]] = []
+        for outcome, parsed, context, future in decided:
             try:
-                made = answer(outcome, context)
+                made = answer(outcome, parsed, context)
             except Exception as exc:
                 _fail(future, exc)
                 continue
             if isinstance(made, Outcome):
-                future.set_result(made)
+                future.set_result(Decided(made, parsed))
             else:
-                answered.append((made, context, future))
-        for made, context, future in answered:
+                answered.append((made, parsed, context, future))
+        for made, parsed, context, future in answered:
             try:
-                future.set_result(account(made, context))
+                future.set_result(account(made, parsed, context))
             except Exception as exc:
                 _fail(future, exc)
 

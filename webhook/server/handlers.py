@@ -93,7 +93,29 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     try:
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
         objects = _count_objects(body, limits.max_objects)
-        parsed = review.parse_review(body)
+        resolver = state.resolver
+        if resolver is None and len(body) < limits.offload_bytes:
+            # parsed, evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
+            args: evaluation.TurnArgs = (state.store.current, body, state.view(), phase, limits, objects)
+            done = await state.turns.submit(args, (state, endpoint, phase, started), len(body))
+            if type(done) is bytes:
+                return Answer(done)
+            assert isinstance(done, evaluation.Decided)
+            outcome, parsed = done  # a pod to charge to the GPU quota ledger first
+        else:
+            parsed = review.parse_review(body)
+            if resolver is not None:  # waits at most its budget; the rest resolves in the background
+                await resolver.prefetch(unknown_images(parsed.request.object))
+            args = (state.store.current, parsed, state.view(), phase, limits, objects)
+            if len(body) >= limits.offload_bytes:
+                outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], args[0], parsed, *args[2:])
+                _count_refusal(state, outcome)
+            else:
+                done = await state.turns.submit(args, (state, endpoint, phase, started), len(body))
+                if type(done) is bytes:
+                    return Answer(done)
+                assert isinstance(done, evaluation.Decided)
+                outcome = done.outcome
     except RequestBodyError as exc:
         metrics.reject(exc.reason)
         log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": endpoint})
@@ -108,30 +130,18 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
         metrics.count_request(endpoint, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": endpoint})
         return _refuse(400, str(exc))
-    resolver = state.resolver
-    if resolver is not None:  # waits at most its budget; the rest resolves in the background
-        await resolver.prefetch(unknown_images(parsed.request.object))
-    args = (state.store.current, parsed, state.view(), phase, limits, objects)
-    if len(body) >= limits.offload_bytes:
-        outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], *args)
-        _count_refusal(state, outcome)
-    else:  # evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
-        done = await state.turns.submit(args, (state, endpoint, parsed, phase, started), len(body))
-        if isinstance(done, bytes):
-            return Answer(done)
-        outcome = done  # a pod to charge to the GPU quota ledger first
     decision = outcome.decision
     ledger = state.app.get(keys.LEDGER)
     # a new pod under enforced GPU caps (or caps another policy version states): charged to the ledger
     # before it is allowed
     if ledger is not None and (decision.charges or charging.stated(ledger, parsed.request, phase)):
         decision = await charging.settle(ledger, parsed.request, decision, args[0], args[2])
-    context = (state, endpoint, parsed, phase, started)
-    return Answer(account(answered(decision, outcome.refused, context), context))
+    context = (state, endpoint, phase, started)
+    return Answer(account(answered(decision, outcome.refused, parsed, context), parsed, context))
 
 
-#: what an admission is answered from: (its state, endpoint, review, phase, perf_counter at its start)
-Context = tuple[Served, str, review.Review, Phase, float]
+#: what an admission is answered from, besides its review: (its state, endpoint, phase, perf_counter at its start)
+Context = tuple[Served, str, Phase, float]
 
 
 class Answered(NamedTuple):
@@ -142,14 +152,14 @@ class Answered(NamedTuple):
     body: bytes
 
 
-def answer_inline(outcome: evaluation.Outcome, context: Context) -> Answered | evaluation.Outcome:
+def answer_inline(outcome: evaluation.Outcome, parsed: review.Review, context: Context) -> Answered | evaluation.Outcome:
     """The answer to an admission evaluated inline (evaluation.Turns); or its outcome, when the GPU
     quota ledger must charge it first (which its task does)."""
     _count_refusal(context[0], outcome)
     ledger = context[0].app.get(keys.LEDGER)
-    if ledger is not None and (outcome.decision.charges or charging.stated(ledger, context[2].request, context[3])):
+    if ledger is not None and (outcome.decision.charges or charging.stated(ledger, parsed.request, context[2])):
         return outcome
-    return answered(outcome.decision, outcome.refused, context)
+    return answered(outcome.decision, outcome.refused, parsed, context)
 
 
 def _count_refusal(state: Served, outcome: evaluation.Outcome) -> None:
@@ -157,16 +167,16 @@ def _count_refusal(state: Served, outcome: evaluation.Outcome) -> None:
         state.metrics.reject(outcome.refused)
 
 
-def answered(decision: Decision, refused: str, context: Context) -> Answered:
+def answered(decision: Decision, refused: str, parsed: review.Review, context: Context) -> Answered:
     """``decision``'s answer, encoded (a patch over the size limit dropped)."""
-    state, _, parsed, phase, _ = context
+    state, _, phase, _ = context
     decision, payload = _answer(parsed, decision, phase, state.limits.max_patch_bytes)
     return Answered(decision, refused, review.encode(payload))
 
 
-def account(done: Answered, context: Context) -> bytes:
+def account(done: Answered, parsed: review.Review, context: Context) -> bytes:
     """Count and log an answered admission; its answer's body."""
-    state, endpoint, parsed, _, started = context
+    state, endpoint, _, started = context
     _observe(state, endpoint, parsed, done.decision, done.refused)
     state.metrics.observe_latency(endpoint, time.perf_counter() - started)
     return done.body

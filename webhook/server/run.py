@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from webhook import certs, cluster, collector, compiled, logs
+from webhook import cluster, collector, compiled, logs
 from webhook.ledger import settings as ledger_settings
 from webhook.registry import flags
 from webhook.server import listener, loop
@@ -95,8 +95,10 @@ def _certificate_files(args: argparse.Namespace) -> tuple[Path, Path]:
         if not (args.tls_cert and args.tls_key):
             raise SystemExit("give both --tls-cert and --tls-key")
         return args.tls_cert, args.tls_key
-    cert, key = DEV_CERTS / certs.TLS_CERT, DEV_CERTS / certs.TLS_KEY
+    cert, key = DEV_CERTS / "tls.crt", DEV_CERTS / "tls.key"
     if not (cert.exists() and key.exists()):
+        from webhook import certs  # (only here: cryptography is ~9 MB resident, which serve does without)
+
         names = ["localhost", *certs.service_names("gpu-admission", "gpu-admission")]
         ca, cert, key = certs.generate_files(DEV_CERTS, names, ["127.0.0.1", "::1"])
         log.warning("generated a development CA: %s (use it as the webhook caBundle)", ca.resolve())

@@ -9,6 +9,11 @@ old key. Connections already open keep their session. A pair that does not
 load (say the key is written before the certificate) is left for the next
 check and the old pair stays in force.
 
+The files are read with the standard library alone: OpenSSL (``load_cert_chain``)
+checks that the key is the certificate's, and the certificates' expiry is read
+from their DER (``not_after``). The cryptography package would cost serve
+~9 MB resident for these two things only (tests/test_serve_imports.py).
+
 A check is two steps so that the server touches no file on its event loop:
 ``read_change`` (stat, read, check, build the context: blocking, in a worker
 thread) and ``use`` (the swap and its log line: no I/O, on the loop).
@@ -16,18 +21,19 @@ thread) and ``use`` (the swap and its log line: no I/O, on the loop).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import calendar
 import contextlib
 import logging
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from webhook.errors import CertificateError
 
@@ -65,9 +71,62 @@ def peer_names(cert: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(names)
 
 
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.DOTALL)
+
+
+def not_after(pem: bytes) -> float:
+    """The notAfter of the first certificate in ``pem``, as unix time; ValueError if there is none
+    or it is not a certificate's DER (RFC 5280 4.1: Certificate ::= SEQUENCE { tbsCertificate
+    SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
+    notAfter }, ... }, ... }; a time is a UTCTime, YYMMDDHHMMSSZ, or a GeneralizedTime,
+    YYYYMMDDHHMMSSZ)."""
+    found = _PEM_CERT.search(pem)
+    if found is None:
+        raise ValueError("no PEM certificate found")
+    try:
+        der = base64.b64decode(b"".join(found.group(1).split()), validate=True)
+        _, start, _ = _der(der, 0, 0x30)  # Certificate
+        _, at, _ = _der(der, start, 0x30)  # tbsCertificate
+        if der[at] == 0xA0:  # [0] version
+            at = _der(der, at, 0xA0)[2]
+        at = _der(der, at, 0x02)[2]  # serialNumber
+        at = _der(der, at, 0x30)[2]  # signature
+        at = _der(der, at, 0x30)[2]  # issuer
+        _, at, _ = _der(der, at, 0x30)  # validity
+        at = _der(der, at, der[at])[2]  # notBefore
+        tag, start, end = _der(der, at, der[at])  # notAfter
+        text = der[start:end].decode("ascii")
+    except (IndexError, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a certificate: {exc}") from exc
+    if tag == 0x17 and len(text) == 13 and text[-1] == "Z":  # UTCTime: 1950-2049 (RFC 5280 4.1.2.5.1)
+        year = int(text[:2])
+        text = ("19" if year >= 50 else "20") + text
+    elif not (tag == 0x18 and len(text) == 15 and text[-1] == "Z"):
+        raise ValueError("not a certificate: its notAfter is not a UTC time")
+    if not text[:-1].isdigit():
+        raise ValueError("not a certificate: its notAfter is not a UTC time")
+    fields = (int(text[0:4]), int(text[4:6]), int(text[6:8]), int(text[8:10]), int(text[10:12]), int(text[12:14]))
+    return float(calendar.timegm((*fields, 0, 0, 0)))
+
+
+def _der(der: bytes, at: int, tag: int) -> tuple[int, int, int]:
+    """The DER element at ``at``, which must be tagged ``tag``: its tag, where its content starts
+    and where it ends (IndexError past the end, ValueError for another tag)."""
+    if der[at] != tag:
+        raise ValueError(f"not a certificate: tag {der[at]:#x} where {tag:#x} belongs")
+    length, at = der[at + 1], at + 2
+    if length & 0x80:
+        count = length & 0x7F
+        length, at = int.from_bytes(der[at:at + count], "big"), at + count
+    if at + length > len(der):
+        raise IndexError("element past the end")
+    return tag, at, at + length
+
+
 @dataclass(frozen=True)
 class Pair:
-    """A certificate chain and its key, read once and checked against each other."""
+    """A certificate chain and its key, read once (checked against each other when a context is built
+    of them)."""
 
     chain: bytes
     key: bytes
@@ -120,21 +179,14 @@ class ReloadingTLS:
         ssl_obj.context = self.current
 
     def _read(self) -> Pair:
-        """Read each file once and check that key and certificate belong together."""
+        """Read each file once (``_build`` checks that key and certificate belong together)."""
         try:
             chain, key = self.cert.read_bytes(), self.key.read_bytes()
             client_ca = self.client_ca.read_bytes() if self.client_ca else None
-            cert = x509.load_pem_x509_certificate(chain)
-            private = serialization.load_pem_private_key(key, password=None)
-            ca_not_after = x509.load_pem_x509_certificate(client_ca).not_valid_after_utc.timestamp() if client_ca else 0.0
-        except (OSError, ValueError, TypeError) as exc:
+            ca_not_after = not_after(client_ca) if client_ca else 0.0
+            return Pair(chain, key, client_ca, not_after(chain), ca_not_after)
+        except (OSError, ValueError) as exc:
             raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
-        spki = serialization.PublicFormat.SubjectPublicKeyInfo
-        if cert.public_key().public_bytes(serialization.Encoding.DER, spki) != private.public_key().public_bytes(
-            serialization.Encoding.DER, spki
-        ):
-            raise CertificateError(f"{self.key} is not the key of {self.cert} (a rotation half done?)")
-        return Pair(chain, key, client_ca, cert.not_valid_after_utc.timestamp(), ca_not_after)
 
     def _build(self, pair: Pair) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -148,11 +200,16 @@ class ReloadingTLS:
     def _load(self, ctx: ssl.SSLContext, pair: Pair) -> None:
         try:
             with _pem_file(pair.key + b"\n" + pair.chain) as path:
-                ctx.load_cert_chain(path)
+                # (an encrypted key: OpenSSL would ask for its password on the terminal)
+                ctx.load_cert_chain(path, password=_no_password)
             if pair.client_ca is not None:
                 ctx.verify_mode = ssl.CERT_REQUIRED
                 ctx.load_verify_locations(cadata=pair.client_ca.decode())
-        except (OSError, ssl.SSLError, ValueError) as exc:
+        except ssl.SSLError as exc:
+            if exc.reason == "KEY_VALUES_MISMATCH":
+                raise CertificateError(f"{self.key} is not the key of {self.cert} (a rotation half done?)") from exc
+            raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
+        except (OSError, ValueError) as exc:
             raise CertificateError(f"cannot load {self.cert} / {self.key}: {exc}") from exc
 
     def read_change(self) -> Rotation | None:
@@ -180,6 +237,10 @@ class ReloadingTLS:
         self._stamp = rotation.stamp
         log.info("serving certificate reloaded from %s", self.cert)
         return True
+
+
+def _no_password() -> bytes:
+    raise ValueError("the key is encrypted: gpu-admission reads unencrypted keys")
 
 
 @contextlib.contextmanager
