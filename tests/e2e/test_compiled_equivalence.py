@@ -499,7 +499,8 @@ def test_every_warning_of_many_reaches_the_user(setups: Setups, admin: Kube) -> 
                "spec": {"containers": containers}}
         webhooks, compiled = (setups.ask(user, pod, namespace) for user in (WEBHOOKS_USER, COMPILED_USER))
         assert len(warnings(webhooks)) == MANY_WARNINGS, webhooks.warnings
-        assert compare(webhooks, compiled) == ("same", "")
+        verdict, detail = compare(webhooks, compiled)
+        assert verdict == "same", detail  # (the whole detail: a difference seen once in a full run, not since)
     finally:
         admin.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
