@@ -17,6 +17,8 @@ import yaml
 
 from tests.support import POLICIES, REPO
 from webhook import cli
+from webhook.cel import syntax as cel
+from webhook.cel.reach import BUILT_IN, Reach
 from webhook.policy import loader, offload
 
 COMPILED = REPO / "deploy" / "compiled" / "policies"
@@ -112,9 +114,18 @@ def test_the_policies_take_the_webhooks_reach_and_the_modes_actions() -> None:
         hook = webhooks["mutate.gpu-admission.io" if policy["kind"] == "MutatingAdmissionPolicy" else "validate.gpu-admission.io"]
         spec = policy["spec"]
         assert spec["matchConstraints"]["namespaceSelector"] == hook["namespaceSelector"]
+        if policy["kind"] == "MutatingAdmissionPolicy":
+            # its own (a mutation that runs makes kube-apiserver run the admission chain again)
+            assert spec["matchConditions"] == hook["matchConditions"]
+        else:
+            # the first variable, which the findings are gated on (not matchConditions of the
+            # policy's own: each would cost kube-apiserver an activation more)
+            assert "matchConditions" not in spec
+            assert spec["variables"][0] == {"name": "reached", "expression": cel.every(*(c["expression"] for c in hook["matchConditions"]))}
         # (and the MutatingAdmissionPolicy only built-in kinds: a custom kind it has no schema of yet it refuses)
-        built_in = [{"name": "built-in-kinds", "expression": "!request.kind.group.contains('.')"}]
-        assert spec["matchConditions"] == hook["matchConditions"] + (built_in if policy["kind"] == "MutatingAdmissionPolicy" else [])
+        groups = {g for rule in spec["matchConstraints"]["resourceRules"] for g in rule["apiGroups"]}
+        hook_groups = {g for rule in hook["rules"] for g in rule["apiGroups"]} - {"resource.k8s.io"}
+        assert groups == ({g for g in hook_groups if "." not in g} if policy["kind"] == "MutatingAdmissionPolicy" else hook_groups)
         assert spec["failurePolicy"] == "Fail"
     (map_policy,) = [d for d in mutating if d["kind"] == "MutatingAdmissionPolicy"]
     assert map_policy["spec"]["reinvocationPolicy"] == "IfNeeded"
@@ -129,3 +140,38 @@ def test_the_record_states_the_version_and_each_policys_digest() -> None:
     assert stated == offload.record(policies, (1, 36))
     found, stale = offload.offload(policies, stated)
     assert stale == [] and ("gpu-defaults", "tolerations") in found.webhook
+
+
+def test_the_mutating_policy_reaches_built_in_kinds_without_a_match_condition_of_its_own() -> None:
+    """Custom API groups leave the MutatingAdmissionPolicy's rules; only a rule naming every group
+    ("*") needs kube-apiserver to test the kind, as a matchCondition of the policy's own."""
+    named = Reach({"resourceRules": [{"apiGroups": ["", "kubeflow.org"], "resources": ["pods", "pytorchjobs"]},
+                                     {"apiGroups": ["ray.io"], "resources": ["rayjobs"]}]}, [{"name": "c", "expression": "true"}])
+    built_in = named.built_in()
+    assert built_in.match_constraints["resourceRules"] == [{"apiGroups": [""], "resources": ["pods", "pytorchjobs"]}]
+    assert built_in.match_conditions == named.match_conditions and built_in.kept_conditions == ()
+    every = Reach({"resourceRules": [{"apiGroups": ["*"], "resources": ["*"]}]}, []).built_in()
+    assert every.match_constraints["resourceRules"] == [{"apiGroups": ["*"], "resources": ["*"]}]
+    assert every.kept_conditions == ({"name": "built-in-kinds", "expression": BUILT_IN},)
+    assert every.reached() == "true"
+    own = named.own()
+    assert own.kept_conditions == tuple(named.match_conditions) and own.match_conditions == [] and own.reached() == "true"
+
+
+def test_no_finding_where_the_webhooks_would_not_be_sent() -> None:
+    """The ValidatingAdmissionPolicies' findings are gated on the webhook's matchConditions
+    (variable ``reached``): none where they are false, whatever the checks found."""
+    import celpy
+
+    for policy in [d for d in _documents(COMPILED / "validating-policies.yaml") if d["kind"] == "ValidatingAdmissionPolicy"]:
+        expression = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["findings"]
+        env = celpy.Environment()
+        # (kube-apiserver's strings library: split)
+        split: dict[str, Any] = {"split": lambda text, sep: celpy.celtypes.ListType([celpy.celtypes.StringType(p) for p in str(text).split(str(sep))])}
+        program = env.program(env.compile(expression), functions=split)
+
+        def findings(reached: bool, found: str, run: Any = program) -> list[str]:
+            return [str(f) for f in run.evaluate({"variables": celpy.json_to_cel({"reached": reached, "all": found})})]
+
+        assert findings(True, "VEa finding") == ["VEa finding"]
+        assert findings(False, "VEa finding") == []

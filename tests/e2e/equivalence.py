@@ -184,6 +184,23 @@ class Setups:
         for user, server in self.servers.items():
             if changed or (user == COMPILED_USER and record_changed):
                 self._wait_reload(server, before[user], user)
+        self.same_nodes()
+
+    def same_nodes(self) -> None:
+        """Until both servers' cluster views hold the nodes kube-apiserver lists, unchanged while
+        checked. Each server judges "more than any node offers" (resourceShape nodeCapacity) from
+        its own view and names the largest node: a node another test made or deleted just before
+        would otherwise reach one view before the other, and the two setups would answer
+        differently for a moment."""
+        def settled() -> bool:
+            listed = self._nodes()
+            held = all(server.view_count("nodes") == len(listed) for server in self.servers.values())
+            return held and self._nodes() == listed
+
+        eventually(settled, timeout=60, what="both servers' cluster views holding kube-apiserver's nodes")
+
+    def _nodes(self) -> list[tuple[str, str]]:
+        return sorted((n["metadata"]["name"], n["metadata"]["resourceVersion"]) for n in self.admin.list("v1", "Node"))
 
     def _wait_reload(self, server: Admission, before: float, user: str) -> None:
         eventually(lambda: self._reloads(server) > before, timeout=60, what=f"the {user} server loading the policies")

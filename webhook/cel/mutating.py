@@ -18,7 +18,7 @@ from typing import Any
 from webhook.cel import patches, podspecs, scope
 from webhook.cel import syntax as cel
 from webhook.cel.reach import Reach
-from webhook.cel.validating import BUILT_IN, NAME, Compilation, admission_policy, pod_update
+from webhook.cel.validating import NAME, Compilation, admission_policy, pod_update
 from webhook.policy import offload
 
 #: rule → (what the provenance annotation calls its change, its JSONPatch CEL for the pod spec ``t``
@@ -56,8 +56,8 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
         variables.append({"name": "podSpecPaths", "expression": podspecs.patterns(podspecs.starred(kinds))})
     variables.append({"name": "targets", "expression": podspecs.targets(podspecs.raw_targets("object", kinds),
                                                                         list(compilation.policies.gpu_resources), classes)})
-    built_in = Reach(reach.match_constraints, [*reach.match_conditions, {"name": "built-in-kinds", "expression": BUILT_IN}])
-    return admission_policy("MutatingAdmissionPolicy", NAME, built_in, {"variables": variables, "mutations": mutations}, {},
+    # (the webhook's matchConditions as the policy's own: a mutation that runs starts a second pass, reach.py)
+    return admission_policy("MutatingAdmissionPolicy", NAME, reach.built_in().own(), {"variables": variables, "mutations": mutations}, {},
                             reinvocation="IfNeeded")
 
 

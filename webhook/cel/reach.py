@@ -6,6 +6,19 @@ ValidatingWebhookConfiguration become the ``matchConstraints`` and
 ``matchConditions`` of the MutatingAdmissionPolicy and the
 ValidatingAdmissionPolicies, so that both see exactly the same requests (a
 cluster that edited its webhook configurations compiles against its own).
+
+The ValidatingAdmissionPolicies take the webhook's ``matchConditions`` as
+their first variable, ``reached`` (their conjunction), which every finding is
+gated on, rather than as ``matchConditions`` of their own: kube-apiserver
+evaluates a policy's ``matchConditions`` in an activation of their own,
+converting the object (and the old one) to CEL values once more, where a
+variable is evaluated in the activation the validations use anyway
+(docs/compiled-policies.md "Cost"). What ``reached`` is false for gets no
+finding, as the webhooks do not see it. The MutatingAdmissionPolicy keeps
+them as its own (``Reach.own``): kube-apiserver marks the object changed
+whenever a policy's mutation runs, even to an empty patch, and then runs the
+whole admission chain again, so a mutation gated inside its expression would
+cost every request the webhook is not sent a second pass.
 """
 
 from __future__ import annotations
@@ -17,8 +30,12 @@ from typing import Any
 
 import yaml
 
+from webhook.cel import syntax as cel
 from webhook.errors import PolicyError
+from webhook.policy import offload
 
+#: the request's kind is ``offload.built_in``
+BUILT_IN = "!request.kind.group.contains('.')"
 MUTATING_WEBHOOK = "mutate.gpu-admission.io"
 VALIDATING_WEBHOOK = "validate.gpu-admission.io"
 #: DRA claims go to the validating webhook alone: nothing compiled reads them
@@ -30,7 +47,33 @@ class Reach:
     """One webhook's selection of requests, as a policy's ``matchConstraints`` and ``matchConditions``."""
 
     match_constraints: dict[str, Any]
+    #: the webhook's: variable ``reached`` of the policies
     match_conditions: list[dict[str, Any]]
+    #: the policy's own matchConditions (what must keep kube-apiserver from acting at all)
+    kept_conditions: tuple[dict[str, Any], ...] = ()
+
+    def reached(self) -> str:
+        """The webhook's ``matchConditions`` as one CEL condition (kube-apiserver's own semantics:
+        false when one is false, whichever others fail)."""
+        return cel.every(*(str(c["expression"]) for c in self.match_conditions))
+
+    def own(self) -> Reach:
+        """The same reach with the webhook's ``matchConditions`` as the policy's own (no ``reached``)."""
+        return Reach(copy.deepcopy(self.match_constraints), [], (*copy.deepcopy(self.match_conditions), *self.kept_conditions))
+
+    def built_in(self) -> Reach:
+        """The same reach restricted to built-in kinds (``offload.built_in``): the rules' custom API
+        groups left out, or, where a rule names every group ("*"), a match condition for it
+        (kube-apiserver refuses a MutatingAdmissionPolicy's change to a custom kind it has no
+        schema of yet, #43 item 6)."""
+        rules, every_group = [], False
+        for rule in self.match_constraints.get("resourceRules") or []:
+            groups = [g for g in rule.get("apiGroups") or [] if offload.built_in(g) or g == "*"]
+            every_group = every_group or "*" in groups
+            if groups:
+                rules.append({**copy.deepcopy(rule), "apiGroups": groups})
+        kept = (*self.kept_conditions, {"name": "built-in-kinds", "expression": BUILT_IN}) if every_group else self.kept_conditions
+        return Reach({**copy.deepcopy(self.match_constraints), "resourceRules": rules}, copy.deepcopy(self.match_conditions), kept)
 
 
 def read(folder: Path) -> tuple[Reach, Reach]:

@@ -25,7 +25,7 @@ from typing import Any
 from webhook.cel import findings, patches, podspecs, scope
 from webhook.cel import syntax as cel
 from webhook.cel.findings import Checks
-from webhook.cel.reach import Reach
+from webhook.cel.reach import BUILT_IN, Reach
 from webhook.kube.workload import KindPaths
 from webhook.policy import offload
 from webhook.policy.loader import PolicySet
@@ -100,11 +100,13 @@ class Compilation:
 
 
 def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicies and their bindings (none when nothing compiled checks anything)."""
+    """The ValidatingAdmissionPolicies and their bindings (none when nothing compiled checks anything).
+    Every validation reads the findings, which are none where the webhook's matchConditions
+    (variable ``reached``) would not send the request."""
     checks = _policy_checks(compilation)
     if not checks:
         return []
-    variables = _variables(compilation, checks)
+    variables = [{"name": "reached", "expression": reach.reached()}, *_variables(compilation, checks)]
     modes = {cfg.mode for _, _, cfg in _rules(compilation)}
     docs = _policy(NAME, "Deny", reach, variables, [
         _validation("variables.denyMutate"), _validation("variables.denyValidate"),
@@ -178,7 +180,7 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     variables += [(f"p{i}", expr) for i, expr in enumerate(checks)]
     variables += [
         ("all", f"[{', '.join(f'variables.p{i}[0]' for i in policies)}].filter(s, s != '').join({cel.SEP_LITERAL})"),
-        ("findings", f"variables.all == '' ? [] : variables.all.split({cel.SEP_LITERAL})"),
+        ("findings", f"!variables.reached || variables.all == '' ? [] : variables.all.split({cel.SEP_LITERAL})"),
         ("oldAll", f"size(variables.specs) < 2 ? '' : [{', '.join(f'variables.p{i}[1]' for i in policies)}]"
                    f".filter(s, s != '').join({cel.SEP_LITERAL})"),
         ("before", f"variables.oldAll == '' ? [] : variables.oldAll.split({cel.SEP_LITERAL}).filter(f, f.startsWith('VE'))"),
@@ -190,10 +192,6 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("audits", f"{_texts('MA')} + {_texts('VA')}"),
     ]
     return [{"name": name, "expression": expr} for name, expr in variables]
-
-
-#: the request's kind is ``offload.built_in``
-BUILT_IN = "!request.kind.group.contains('.')"
 
 
 def pod_update() -> str:
@@ -254,14 +252,17 @@ def _policy(name: str, action: str, reach: Reach, variables: list[dict[str, str]
 
 def admission_policy(kind: str, name: str, reach: Reach, spec: dict[str, Any], binding: dict[str, Any],
                      reinvocation: str | None = None) -> list[dict[str, Any]]:
-    """A policy of ``kind`` (failing closed, with the webhooks' reach) and its binding."""
+    """A policy of ``kind`` (failing closed, with the webhooks' reach) and its binding. The
+    webhooks' ``matchConditions`` are the caller's: ``spec`` gates its results on ``reach.reached()``
+    (only ``reach.kept_conditions`` stay matchConditions)."""
     meta = {"name": name, "labels": dict(LABELS)}
+    conditions = {"matchConditions": list(reach.kept_conditions)} if reach.kept_conditions else {}
     head: dict[str, Any] = {"failurePolicy": "Fail"}
     if reinvocation is not None:
         head["reinvocationPolicy"] = reinvocation
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": meta,
-         "spec": {**head, "matchConstraints": reach.match_constraints, "matchConditions": reach.match_conditions, **spec}},
+         "spec": {**head, "matchConstraints": reach.match_constraints, **conditions, **spec}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": f"{kind}Binding", "metadata": dict(meta),
          "spec": {"policyName": name, **binding}},
     ]
