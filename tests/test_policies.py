@@ -6,8 +6,10 @@ import asyncio
 import base64
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from webhook import cli
 from webhook.errors import PolicyError
 from webhook.policy import loader
 from webhook.server import keys
+from webhook.server.policies import directory_digest
 
 GOOD = """\
 apiVersion: gpu-admission.io/v1alpha1
@@ -155,6 +158,13 @@ def test_policies_check_refuses_a_directory_without_a_policy(tmp_path: Path, cap
     assert (out, err) == (f"{tmp_path}: no GPUPolicy found: the server would enforce nothing\n", f"1 problem(s) in {tmp_path}\n")
 
 
+async def policy_set_digest(hook: Any) -> str:
+    async with hook.session.get(hook.base + "/metrics") as resp:
+        text = await resp.text()
+    (digest,) = re.findall(r'^gpu_admission_policy_set_info\{digest="([0-9a-f]+)"\} 1\.0$', text, re.M)
+    return digest
+
+
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     for _ in range(int(timeout / 0.02)):
         if predicate():
@@ -174,10 +184,13 @@ async def test_hot_reload_applies_valid_and_refuses_invalid(start_webhook: Start
         return [op["value"]["key"] for op in ops if "/spec/tolerations/" in op["path"]]
 
     assert await added_toleration_keys() == []
-    before = store.current
+    before, digest = store.current, await policy_set_digest(hook)
+    assert digest == directory_digest(policy_dir)
     (policy_dir / "extra.yaml").write_text(GOOD)
     await wait_for(lambda: store.current is not before)
     assert await added_toleration_keys() == ["example.com/gpu-pool"]
+    # the metric names the files in force: what a rollout's replicas are compared by
+    assert await policy_set_digest(hook) == directory_digest(policy_dir) != digest
 
     good = store.current
     (policy_dir / "broken.yaml").write_text(GOOD.replace("name: extra", "name: broken").replace("Exists", "Sometimes"))
@@ -189,6 +202,9 @@ async def test_hot_reload_applies_valid_and_refuses_invalid(start_webhook: Start
     assert 'gpu_admission_policy_reloads_total{result="error"} 1.0' in text
     assert 'gpu_admission_policy_reloads_total{result="success"} 1.0' in text
     assert f"gpu_admission_policies_loaded {float(len(good.policies))}" in text
+    # a refused change leaves the set in force, and its digest, as they were
+    assert f'gpu_admission_policy_set_info{{digest="{store.digest}"}} 1.0' in text
+    assert store.digest != directory_digest(policy_dir)
 
     (policy_dir / "broken.yaml").unlink()  # fixing the directory brings reloads back
     await wait_for(lambda: store.last_error == "")

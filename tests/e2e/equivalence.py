@@ -34,6 +34,7 @@ from tests.e2e.apiserver import ApiServer
 from tests.e2e.kube import Kube, Object, documents, eventually
 from webhook.cel import command, reach
 from webhook.policy import loader, offload
+from webhook.server.policies import directory_digest
 
 WEBHOOKS_USER, COMPILED_USER, IN_PROCESS_USER = "e2e-webhooks", "e2e-compiled", "e2e-in-process"
 TOKENS = {WEBHOOKS_USER: "e2e-webhooks-token", COMPILED_USER: "e2e-compiled-token", IN_PROCESS_USER: "e2e-in-process-token"}
@@ -184,7 +185,19 @@ class Setups:
         for user, server in self.servers.items():
             if changed or (user == COMPILED_USER and record_changed):
                 self._wait_reload(server, before[user], user)
+            self._wait_in_force(server, user)
         self.same_nodes()
+
+    def _wait_in_force(self, server: Admission, user: str) -> None:
+        """Until the server has in force the files as written (its gpu_admission_policy_set_info digest):
+        a reload counted may be of a state half written (the policies, before the compiled record)."""
+        wanted = directory_digest(server.policies, self.compiled_dir if user == COMPILED_USER else None)
+
+        def in_force() -> bool:
+            _, text = server.get("/metrics")
+            return f'gpu_admission_policy_set_info{{digest="{wanted}"}} 1.0' in text
+
+        eventually(in_force, timeout=60, what=f"the {user} server running the policies as written")
 
     def same_nodes(self) -> None:
         """Until both servers' cluster views hold the nodes kube-apiserver lists, unchanged while

@@ -93,6 +93,7 @@ def create_app(
     # cluster index adds its own check when it runs
     app[keys.READY_CHECKS] = []
     app[keys.METRICS].policies_loaded.set(len(store.current.policies))
+    app[keys.METRICS].policy_set.info({"digest": store.digest})
     app[keys.METRICS].policy_files_loadable.set(1)
     app[keys.METRICS].reloads.labels("success")
     app[keys.METRICS].reloads.labels("error")
@@ -154,6 +155,7 @@ async def _reload_policies(app: web.Application) -> None:
         return
     metrics.reloads.labels("success" if result else "error").inc()
     metrics.policies_loaded.set(len(store.current.policies))
+    metrics.policy_set.info({"digest": store.digest})
 
 
 async def _reload_tls(app: web.Application, tls: ReloadingTLS) -> None:

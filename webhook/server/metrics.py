@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -113,6 +113,12 @@ class Metrics:
         )
         self.policies_loaded = Gauge(
             "gpu_admission_policies_loaded", "GPUPolicy documents in force.", registry=r,
+        )
+        self.policy_set = Info(
+            "gpu_admission_policy_set",
+            "The policy files in force: a digest of their names and contents (and of the compiled output's "
+            "record with --compiled); replicas that run the same files show the same.",
+            registry=r,
         )
         self.cert_not_after = Gauge(
             "gpu_admission_certificate_not_after_seconds", "Expiry of the certificates in use (unix time).",

@@ -65,6 +65,8 @@ class Change:
     error: str = ""
     #: files in the directory not read as policies (named in the log)
     skipped: tuple[Path, ...] = ()
+    #: ``directory_digest`` of the files read
+    digest: str = ""
 
 
 @dataclass
@@ -84,11 +86,14 @@ class PolicyStore:
     last_error: str = field(init=False, default="")
     #: kinds the policy set knows (Pod and the workload kinds); metric labels are bounded to them
     known_kinds: frozenset[str] = field(init=False, default=frozenset())
+    #: ``directory_digest`` of the files in force: replicas running the same files state the same
+    digest: str = field(init=False, default="")
     _stamp: tuple[tuple[str, int, int, int], ...] = field(init=False, default=())
     _pending: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self._stamp = directory_stamp(self.directory, self.compiled)
+        self.digest = directory_digest(self.directory, self.compiled)
         self._use(self._completed(loader.load_enforcing(self.directory)))
         _say_skipped(self.directory, loader.skipped_files(self.directory))
 
@@ -123,7 +128,7 @@ class PolicyStore:
         self._pending = ""
         if new is None:
             return Change(stamp, None, error)
-        return Change(stamp, self._completed(new), skipped=tuple(loader.skipped_files(self.directory)))
+        return Change(stamp, self._completed(new), skipped=tuple(loader.skipped_files(self.directory)), digest=digest)
 
     def use(self, change: Change) -> bool:
         """Put ``change`` in force, or keep the set in force if it is refused (False); no I/O."""
@@ -133,6 +138,7 @@ class PolicyStore:
             log.error("policy change refused, keeping the policies in force:\n%s", change.error)
             return False
         self._use(change.policy_set)
+        self.digest = change.digest
         log.info("policies reloaded: %d policies (%s)", len(change.policy_set.policies), change.policy_set.fingerprint)
         _say_skipped(self.directory, change.skipped)
         return True
