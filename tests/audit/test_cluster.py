@@ -15,6 +15,7 @@ from tests.audit.support import CLUSTER, TOO_NEW_POD, audit, write
 from tests.fakeapi import FakeApiServer
 from tests.support import REPO
 from webhook.audit import cluster_source
+from webhook.audit.report import Kept
 
 
 def _items(name: str) -> list[dict[str, Any]]:
@@ -175,10 +176,13 @@ def test_running_pods_of_a_namespace_exactly_at_its_resource_quota_are_not_over_
 @pytest.mark.parametrize("output", ["text", "json", "policyreport", "junit", "sarif"])
 def test_a_fleet_is_judged_page_by_page_and_reported_as_from_whole_results(
     api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``--cluster`` without manifests keeps of each result what the reports name (pods listed again,
-    page by page, as ``report`` does): every format says what it says from whole results, which
-    ``--write-mutated`` keeps (it writes the mutated objects)."""
+    """``--cluster`` without manifests keeps of each result what the reports name, or (text, json) its
+    rendered entry, compressed a block at a time (pods listed again, page by page, as ``report`` does):
+    every format says what it says from whole results, which ``--write-mutated`` keeps (it writes the
+    mutated objects)."""
+    monkeypatch.setattr(Kept, "BLOCK", 4)  # entries in several blocks, and some pending past the last one
     for namespace in ("gpu-team", "notebooks"):
         api.add({"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": namespace, "labels": {cluster_source.OPT_IN_LABEL: "true"}}})  # fmt: skip

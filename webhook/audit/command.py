@@ -22,7 +22,7 @@ from webhook.audit import connection, crash, inputs, mutated, snapshot
 from webhook.audit.inputs import Document, Problem
 from webhook.audit.judge import compact, judge
 from webhook.audit.progress import Progress
-from webhook.audit.report import BY_RULE, FORMATS, Report
+from webhook.audit.report import BY_RULE, ENTRIES, FORMATS, Kept, Report, write
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
 from webhook.registry import flags
@@ -104,9 +104,12 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
         colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
     )  # fmt: skip
     files: dict[str, list[mutated.Entry]] = {}
-    # a fleet's running workloads, judged as they are listed, page by page: each result keeps what the
-    # report names (tens of MB for 100,000 pods, where whole pods and their mutated copies were GBs)
+    # a fleet's running workloads, judged as they are listed, page by page: each result is kept as the
+    # report renders it (json, text: compressed text), else cut to what the report names (``compact``)
     compacting = _fleet(args)
+    entry = ENTRIES.get(args.output) if compacting else None
+    if entry is not None:
+        report.kept = Kept()
     by_rule = args.output in BY_RULE
     try:
         for item in documents:
@@ -118,6 +121,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
             result = judge(policies, view, item, namespace=args.namespace)
             if result is None:
                 report.ignored += 1
+            elif entry is not None:
+                report.keep(result, entry(report, result))
             else:
                 if compacting:
                     result = compact(result, tuple(report.outcomes(result)) if by_rule else None)
@@ -193,7 +198,7 @@ def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[
         for line in _failures(report):
             print(line, file=stderr)  # a diff alone does not say why the run fails
     else:
-        stdout.write(FORMATS[args.output](report))
+        write(report, args.output, stdout)
     if args.diff or args.output != "text":
         # the report carries them too; CI logs show stderr
         for problem in report.problems:

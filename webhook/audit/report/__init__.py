@@ -6,10 +6,12 @@ the text to print.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import IO
 
+from webhook.audit.judge import Result
 from webhook.audit.report import jsonreport, junit, policyreport, sarif, text
-from webhook.audit.report.run import Report
+from webhook.audit.report.run import Kept, Report
 
 Renderer = Callable[[Report], str]
 
@@ -22,5 +24,19 @@ FORMATS: dict[str, Renderer] = {
 }
 #: the formats that break results down per policy rule (``Report.outcomes``)
 BY_RULE = frozenset({"policyreport", "junit"})
+#: the formats that render a result as it is judged (``Report.keep``), and write their text in pieces
+ENTRIES: dict[str, Callable[[Report, Result], str]] = {"text": text.entry, "json": jsonreport.entry}
+_CHUNKS: dict[str, Callable[[Report], Iterator[str]]] = {"text": text.chunks, "json": jsonreport.chunks}
 
-__all__ = ["BY_RULE", "FORMATS", "Renderer", "Report"]
+
+def write(report: Report, output: str, out: IO[str]) -> None:
+    """The report in format ``output`` on ``out``; in pieces where the format has them (never whole in memory)."""
+    chunks = _CHUNKS.get(output)
+    if chunks is None:
+        out.write(FORMATS[output](report))
+        return
+    for chunk in chunks(report):
+        out.write(chunk)
+
+
+__all__ = ["BY_RULE", "ENTRIES", "FORMATS", "Kept", "Renderer", "Report", "write"]
