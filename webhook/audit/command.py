@@ -166,8 +166,8 @@ def _sources(
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            # (pods kept whole as they are listed, when results keep them anyway; else listed again)
-            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths and not _fleet(args),
+            # (pods kept packed as they are listed, rather than listed again)
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths,
             ledger_namespace=args.quota_namespace or LedgerSettings.namespace,
         )
         notes.extend(cluster.notes)

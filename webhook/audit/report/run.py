@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import zlib
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,6 +12,7 @@ import orjson
 
 from webhook.audit.inputs import Problem
 from webhook.audit.judge import Outcome, Plan, Result, outcomes
+from webhook.audit.packed import Packed
 from webhook.policy.loader import PolicySet
 from webhook.view.protocol import ClusterView
 
@@ -96,46 +95,29 @@ class Kept:
     """A fleet's results as their report renders them, one entry (text) each, without the results.
 
     The report's summary comes first and counts every result, so the entries wait until
-    the last one is judged: compressed a block at a time (a JSON line compresses ~10x),
-    tens of MB for 100,000 results instead of hundreds as objects. Iterating yields them
-    in order, as :class:`Raw` text.
+    the last one is judged, compressed (:class:`~webhook.audit.packed.Packed`): tens of MB
+    for 100,000 results instead of hundreds as objects. Iterating yields them in order, as
+    :class:`Raw` text.
     """
-
-    #: entries per compressed block
-    BLOCK = 500
 
     objects: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     failed: bool = False
     rule_counts: dict[str, Counter[str]] = field(default_factory=dict)
-    #: each block: its entries' lengths, and their text compressed
-    _blocks: list[tuple[array[int], bytes]] = field(default_factory=list, repr=False)
-    _pending: list[str] = field(default_factory=list, repr=False)
+    _entries: Packed = field(default_factory=Packed, repr=False)
 
     def add(self, entry: str, verdict: str, failed: bool) -> None:
         self.objects += 1
         self.verdicts[verdict] += 1
         self.failed = self.failed or failed
-        self._pending.append(entry)
-        if len(self._pending) >= self.BLOCK:
-            self._seal()
-
-    def _seal(self) -> None:
-        lengths = array("L", map(len, self._pending))
-        self._blocks.append((lengths, zlib.compress("".join(self._pending).encode("utf-8", "surrogatepass"), 1)))
-        self._pending.clear()
+        self._entries.add(entry.encode("utf-8", "surrogatepass"))
 
     def __len__(self) -> int:
         return self.objects
 
     def __iter__(self) -> Iterator[Raw]:
-        for lengths, block in self._blocks:
-            text, start = zlib.decompress(block).decode("utf-8", "surrogatepass"), 0
-            for length in lengths:
-                yield Raw(text[start:start + length])
-                start += length
-        for entry in self._pending:
-            yield Raw(entry)
+        for entry in self._entries:
+            yield Raw(entry.decode("utf-8", "surrogatepass"))
 
 
 def dump_json(value: object, expand: int) -> str:
