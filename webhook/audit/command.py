@@ -22,7 +22,7 @@ from webhook.audit import connection, crash, inputs, mutated, snapshot
 from webhook.audit.inputs import Document, Problem
 from webhook.audit.judge import compact, judge
 from webhook.audit.progress import Progress
-from webhook.audit.report import BY_RULE, ENTRIES, FORMATS, Kept, Report, write
+from webhook.audit.report import BY_RULE, FORMATS, KEEP, Kept, Report, write
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
 from webhook.registry import flags
@@ -107,8 +107,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
     # a fleet's running workloads, judged as they are listed, page by page: each result is kept as the
     # report renders it (json, text: compressed text), else cut to what the report names (``compact``)
     compacting = _fleet(args)
-    entry = ENTRIES.get(args.output) if compacting else None
-    if entry is not None:
+    keep = KEEP.get(args.output) if compacting else None
+    if keep is not None:
         report.kept = Kept()
     by_rule = args.output in BY_RULE
     try:
@@ -121,8 +121,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
             result = judge(policies, view, item, namespace=args.namespace)
             if result is None:
                 report.ignored += 1
-            elif entry is not None:
-                report.keep(result, entry(report, result))
+            elif keep is not None:
+                report.keep(result, keep)
             else:
                 if compacting:
                     result = compact(result, tuple(report.outcomes(result)) if by_rule else None)

@@ -25,8 +25,12 @@ FORMATS: dict[str, Renderer] = {
 #: the formats that break results down per policy rule (``Report.outcomes``)
 BY_RULE = frozenset({"policyreport", "junit"})
 #: the formats that render a result as it is judged (``Report.keep``), and write their text in pieces
-ENTRIES: dict[str, Callable[[Report, Result], str]] = {"text": text.entry, "json": jsonreport.entry}
-_CHUNKS: dict[str, Callable[[Report], Iterator[str]]] = {"text": text.chunks, "json": jsonreport.chunks}
+KEEP: dict[str, Callable[[Report, Result, Kept], None]] = {
+    "text": text.keep, "json": jsonreport.keep, "policyreport": policyreport.keep,
+}
+_CHUNKS: dict[str, Callable[[Report], Iterator[str]]] = {
+    "text": text.chunks, "json": jsonreport.chunks, "policyreport": policyreport.chunks,
+}
 
 
 def write(report: Report, output: str, out: IO[str]) -> None:
@@ -39,4 +43,4 @@ def write(report: Report, output: str, out: IO[str]) -> None:
         out.write(chunk)
 
 
-__all__ = ["BY_RULE", "ENTRIES", "FORMATS", "Kept", "Renderer", "Report", "write"]
+__all__ = ["BY_RULE", "KEEP", "FORMATS", "Kept", "Renderer", "Report", "write"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from webhook.audit.judge import Result
-from webhook.audit.report.run import Report, json_chunks, json_line
+from webhook.audit.report.run import Kept, Report, json_chunks, json_line
 
 VERSION = 1
 
@@ -26,9 +26,9 @@ def chunks(report: Report) -> Iterator[str]:
     yield "\n"
 
 
-def entry(report: Report, result: Result) -> str:
+def keep(report: Report, result: Result, kept: Kept) -> None:
     """One result's line of ``results`` (``Report.keep``)."""
-    return json_line(_result(result))
+    kept.put(json_line(_result(result)))
 
 
 def document(report: Report) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def document(report: Report) -> dict[str, Any]:
             "failOn": report.fail_on,
             "exitCode": report.exit_code,
         },
-        "results": report.kept if report.kept is not None else [_result(r) for r in report.results],
+        "results": report.kept.entries() if report.kept is not None else [_result(r) for r in report.results],
         "errors": [
             {"source": p.source, "document": p.index, "line": p.line, "message": p.message} for p in report.problems
         ],

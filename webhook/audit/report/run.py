@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -42,12 +42,15 @@ class Report:
     def failed(self, result: Result) -> bool:
         return result.denied or (self.fail_on == "warn" and result.warned)
 
-    def keep(self, result: Result, entry: str) -> None:
-        """Counts ``result`` and keeps its rendered ``entry`` in ``kept`` instead of the result itself."""
+    def keep(self, result: Result, render: Callable[[Report, Result, Kept], None]) -> None:
+        """Counts ``result`` and keeps what ``render`` puts in ``kept`` of it (``Kept.put``) instead of it."""
         if self.kept is None:
             raise ValueError("keep: no kept entries to add to (Report.kept)")
-        self.kept.add(entry, result.verdict, self.failed(result))
+        self.kept.objects += 1
+        self.kept.verdicts[result.verdict] += 1
+        self.kept.failed = self.kept.failed or self.failed(result)
         _count_findings(self.kept.rule_counts, result)
+        render(self, result, self.kept)
 
     @property
     def objects(self) -> int:
@@ -90,34 +93,51 @@ class Raw(str):
     """Text already rendered as JSON: written as it is by ``dump_json``."""
 
 
+class Entries:
+    """Rendered entries of one group, in order, compressed (:class:`~webhook.audit.packed.Packed`), with
+    how many of each status they hold; iterating yields them as :class:`Raw` text."""
+
+    def __init__(self) -> None:
+        self.statuses: Counter[str] = Counter()
+        self._packed = Packed()
+
+    def add(self, entry: str, status: str) -> None:
+        self._packed.add(entry.encode("utf-8", "surrogatepass"))
+        if status:
+            self.statuses[status] += 1
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __iter__(self) -> Iterator[Raw]:
+        for entry in self._packed:
+            yield Raw(entry.decode("utf-8", "surrogatepass"))
+
+
 @dataclass
 class Kept:
-    """A fleet's results as their report renders them, one entry (text) each, without the results.
+    """A fleet's results as their report renders them (``Report.keep``), without the results.
 
     The report's summary comes first and counts every result, so the entries wait until
-    the last one is judged, compressed (:class:`~webhook.audit.packed.Packed`): tens of MB
-    for 100,000 results instead of hundreds as objects. Iterating yields them in order, as
-    :class:`Raw` text.
+    the last one is judged, compressed: tens of MB for 100,000 results instead of hundreds
+    as objects. Entries go in groups (a PolicyReport's namespace; "" for the others).
     """
 
     objects: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     failed: bool = False
     rule_counts: dict[str, Counter[str]] = field(default_factory=dict)
-    _entries: Packed = field(default_factory=Packed, repr=False)
+    groups: dict[str, Entries] = field(default_factory=dict)
 
-    def add(self, entry: str, verdict: str, failed: bool) -> None:
-        self.objects += 1
-        self.verdicts[verdict] += 1
-        self.failed = self.failed or failed
-        self._entries.add(entry.encode("utf-8", "surrogatepass"))
+    def put(self, entry: str, group: str = "", status: str = "") -> None:
+        """One rendered entry in ``group``, counted under ``status`` if there is one."""
+        entries = self.groups.get(group)
+        if entries is None:
+            entries = self.groups[group] = Entries()
+        entries.add(entry, status)
 
-    def __len__(self) -> int:
-        return self.objects
-
-    def __iter__(self) -> Iterator[Raw]:
-        for entry in self._entries:
-            yield Raw(entry.decode("utf-8", "surrogatepass"))
+    def entries(self, group: str = "") -> Entries:
+        return self.groups.get(group) or Entries()
 
 
 def dump_json(value: object, expand: int) -> str:
@@ -131,11 +151,11 @@ def dump_json(value: object, expand: int) -> str:
 
 
 def json_chunks(value: object, expand: int, _depth: int = 0) -> Iterator[str]:
-    """``dump_json``'s text in pieces, to write as they come (:class:`Kept` entries are lists of :class:`Raw`)."""
-    if isinstance(value, Kept) and not value:
+    """``dump_json``'s text in pieces, to write as they come (:class:`Entries` are lists of :class:`Raw`)."""
+    if isinstance(value, Entries) and not value:
         yield "[]"
         return
-    if _depth >= expand or not isinstance(value, (dict, list, Kept)) or not value:
+    if _depth >= expand or not isinstance(value, (dict, list, Entries)) or not value:
         yield json_line(value)
         return
     inner = "  " * (_depth + 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from webhook.audit.judge import Result
-from webhook.audit.report.run import Report
+from webhook.audit.report.run import Kept, Report
 
 _COLOURS = {"DENY": "31", "WARN": "33", "MUTATE": "36", "PASS": "32", "ERROR": "35"}
 _INDENT = " " * 8
@@ -21,16 +21,16 @@ def render(report: Report) -> str:
 def chunks(report: Report) -> Iterator[str]:
     """``render``'s text in pieces, to write as they come: a line each."""
     if report.kept is not None:
-        yield from (f"{entry}\n" for entry in report.kept)
+        yield from (f"{entry}\n" for entry in report.kept.entries())
     else:
         paint = _painter(report.colour)
         yield from (f"{line}\n" for result in report.results for line in _block(result, paint))
     yield from (f"{line}\n" for line in _tail(report))
 
 
-def entry(report: Report, result: Result) -> str:
+def keep(report: Report, result: Result, kept: Kept) -> None:
     """One result's block of lines (``Report.keep``)."""
-    return "\n".join(_block(result, _painter(report.colour)))
+    kept.put("\n".join(_block(result, _painter(report.colour))))
 
 
 def _tail(report: Report) -> list[str]:
