@@ -131,10 +131,14 @@ class Kept:
 
     def put(self, entry: str, group: str = "", status: str = "") -> None:
         """One rendered entry in ``group``, counted under ``status`` if there is one."""
-        entries = self.groups.get(group)
+        self.group(group).add(entry, status)
+
+    def group(self, name: str) -> Entries:
+        """The entries of group ``name``, made (empty) if there are none yet: groups keep their order."""
+        entries = self.groups.get(name)
         if entries is None:
-            entries = self.groups[group] = Entries()
-        entries.add(entry, status)
+            entries = self.groups[name] = Entries()
+        return entries
 
     def entries(self, group: str = "") -> Entries:
         return self.groups.get(group) or Entries()
