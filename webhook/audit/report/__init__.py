@@ -27,9 +27,11 @@ BY_RULE = frozenset({"policyreport", "junit"})
 #: the formats that render a result as it is judged (``Report.keep``), and write their text in pieces
 KEEP: dict[str, Callable[[Report, Result, Kept], None]] = {
     "text": text.keep, "json": jsonreport.keep, "policyreport": policyreport.keep, "junit": junit.keep,
+    "sarif": sarif.keep,
 }
 _CHUNKS: dict[str, Callable[[Report], Iterator[str]]] = {
     "text": text.chunks, "json": jsonreport.chunks, "policyreport": policyreport.chunks, "junit": junit.chunks,
+    "sarif": sarif.chunks,
 }
 
 

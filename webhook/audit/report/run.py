@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import orjson
 
@@ -128,6 +129,8 @@ class Kept:
     failed: bool = False
     rule_counts: dict[str, Counter[str]] = field(default_factory=dict)
     groups: dict[str, Entries] = field(default_factory=dict)
+    #: what a format works out once per run (SARIF's rule index)
+    once: dict[str, Any] = field(default_factory=dict)
 
     def put(self, entry: str, group: str = "", status: str = "") -> None:
         """One rendered entry in ``group``, counted under ``status`` if there is one."""
