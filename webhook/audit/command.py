@@ -20,9 +20,9 @@ from typing import IO, Any
 from webhook import collector
 from webhook.audit import connection, crash, inputs, mutated, snapshot
 from webhook.audit.inputs import Document, Problem
-from webhook.audit.judge import compact, judge
+from webhook.audit.judge import judge
 from webhook.audit.progress import Progress
-from webhook.audit.report import BY_RULE, FORMATS, KEEP, Kept, Report, write
+from webhook.audit.report import FORMATS, KEEP, Kept, Report, write
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
 from webhook.registry import flags
@@ -104,13 +104,12 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
         colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
     )  # fmt: skip
     files: dict[str, list[mutated.Entry]] = {}
-    # a fleet's running workloads, judged as they are listed, page by page: each result is kept as the
-    # report renders it (json, text: compressed text), else cut to what the report names (``compact``)
-    compacting = _fleet(args)
-    keep = KEEP.get(args.output) if compacting else None
+    # a fleet's running workloads, judged as they come: each result is kept as its report renders it
+    # (compressed text, a few bytes to a few hundred an object), not whole (whole pods and their mutated
+    # copies were GBs for 100,000 pods)
+    keep = KEEP[args.output] if _fleet(args) else None
     if keep is not None:
         report.kept = Kept()
-    by_rule = args.output in BY_RULE
     try:
         for item in documents:
             if isinstance(item, Problem):
@@ -124,8 +123,6 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
             elif keep is not None:
                 report.keep(result, keep)
             else:
-                if compacting:
-                    result = compact(result, tuple(report.outcomes(result)) if by_rule else None)
                 report.results.append(result)
             if args.write_mutated:
                 files.setdefault(item.relative, []).append((item, result))
@@ -141,7 +138,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
 
 
 def _fleet(args: argparse.Namespace) -> bool:
-    """Audits the cluster's running workloads, for a report that names them (no --diff, --write-mutated)."""
+    """Audits the cluster's running workloads, for a report that names them (no --diff, --write-mutated,
+    which read whole results)."""
     return bool(args.cluster and not args.paths and not args.diff and not args.write_mutated)
 
 

@@ -22,9 +22,8 @@ FORMATS: dict[str, Renderer] = {
     "junit": junit.render,
     "sarif": sarif.render,
 }
-#: the formats that break results down per policy rule (``Report.outcomes``)
-BY_RULE = frozenset({"policyreport", "junit"})
-#: the formats that render a result as it is judged (``Report.keep``), and write their text in pieces
+#: per format (every one): how a result is rendered as it is judged (``Report.keep``, a fleet's audit), and
+#: the report's text in pieces
 KEEP: dict[str, Callable[[Report, Result, Kept], None]] = {
     "text": text.keep, "json": jsonreport.keep, "policyreport": policyreport.keep, "junit": junit.keep,
     "sarif": sarif.keep,
@@ -36,13 +35,9 @@ _CHUNKS: dict[str, Callable[[Report], Iterator[str]]] = {
 
 
 def write(report: Report, output: str, out: IO[str]) -> None:
-    """The report in format ``output`` on ``out``; in pieces where the format has them (never whole in memory)."""
-    chunks = _CHUNKS.get(output)
-    if chunks is None:
-        out.write(FORMATS[output](report))
-        return
-    for chunk in chunks(report):
+    """The report in format ``output`` on ``out``, a piece at a time (never whole in memory)."""
+    for chunk in _CHUNKS[output](report):
         out.write(chunk)
 
 
-__all__ = ["BY_RULE", "KEEP", "FORMATS", "Kept", "Renderer", "Report", "write"]
+__all__ = ["KEEP", "FORMATS", "Kept", "Renderer", "Report", "write"]
