@@ -210,3 +210,16 @@ def test_a_fleet_is_judged_page_by_page_and_reported_as_from_whole_results(
     stamp = re.compile(r'"seconds": ?\d+|timestamp="[^"]*"|time="[^"]*"')
     assert code == whole_code and stamp.sub("", paged) == stamp.sub("", whole)
     assert "too-new" in paged
+
+
+@pytest.mark.parametrize("output", ["text", "json", "policyreport", "junit", "sarif"])
+def test_a_fleet_with_nothing_to_audit_is_reported_as_from_whole_results(
+    api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+) -> None:
+    """No namespace opted in: every format prints its empty report, as from whole results."""
+    api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quiet"}})
+    api.add(_deployment("too-new", "quiet"))
+    common = ("-o", output, "--cluster", "--kubeconfig", str(kubeconfig))
+    code, kept, _ = audit(capsys, *common)
+    whole_code, whole, _ = audit(capsys, *common, "--write-mutated", str(tmp_path / "mutated"))
+    assert (code, kept) == (whole_code, whole) and "too-new" not in kept
