@@ -36,7 +36,7 @@ class Report:
     colour: bool = False
     #: seconds since the epoch, stamped on PolicyReport results
     timestamp: int = 0
-    #: the results as the format renders them, when they are not kept (``keep``: a fleet's audit)
+    #: a fleet's results as its format renders them, kept instead of ``results`` (``keep``)
     kept: Kept | None = None
     _plans: dict[tuple[str, str, str], Plan] = field(default_factory=dict, repr=False, compare=False)
 
