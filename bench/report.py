@@ -6,8 +6,8 @@ serves 5,000 GPU nodes of four models, 200 namespaces and 100,000 pods, 3 in
 page (500 a page), judges every pod as if created now, and writes a
 PolicyReport per namespace by server-side apply, in a process of its own;
 the same run then measures ``gpu-admission audit --cluster -A -o json`` over
-the same fleet (the same lists and judgements, a report on stdout instead of
-writes) as the baseline. Printed for each: wall time, CPU time and peak RSS
+the same fleet (the same judgements, its pods listed once where the report
+lists them twice, a report on stdout instead of writes) as the baseline. Printed for each: wall time, CPU time and peak RSS
 (the command's own ``ru_maxrss``), and the ratios. No timing is asserted:
 the machine is shared.
 

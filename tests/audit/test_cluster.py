@@ -15,6 +15,7 @@ from tests.audit.support import CLUSTER, TOO_NEW_POD, audit, write
 from tests.fakeapi import FakeApiServer
 from tests.support import REPO
 from webhook.audit import cluster_source
+from webhook.audit.packed import Packed
 
 
 def _items(name: str) -> list[dict[str, Any]]:
@@ -85,9 +86,9 @@ def test_running_workloads_of_opted_in_namespaces_judged_as_if_created_now(
     audited = {(r["kind"], r["namespace"], r["name"]) for r in results}
     assert {("Deployment", opted_in[0], "too-new"), ("Pod", opted_in[0], "bare")} <= audited
     assert not any(name in ("elsewhere", "too-new-abc") for _, _, name in audited)
-    # pods are listed page by page: for the view, then again for the audit (none kept whole meanwhile)
+    # pods are listed once, page by page, for the view; the audited ones kept packed for the audit
     pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch]
-    assert len(pod_lists) > 2 and sum("continue" not in r.query for r in pod_lists) == 2
+    assert len(pod_lists) > 2 and sum("continue" not in r.query for r in pod_lists) == 1
     denied = next(r for r in results if r["name"] == "too-new")
     assert code == 1 and denied["verdict"] == "deny" and denied["source"] == f"cluster:{opted_in[0]}"
     assert not any(p["path"].startswith("/status") for p in denied["patch"])
@@ -135,6 +136,15 @@ def test_an_unreachable_or_failing_cluster_is_one_line(api: FakeApiServer, kubec
     assert code == 1 and err.startswith("error: listing nodes: cannot reach the API server") and err.count("\n") == 1
 
 
+def test_pods_kept_for_the_audit_come_back_value_for_value() -> None:
+    """Kept pods are packed as JSON: an integer orjson cannot write (past 64 bits) comes back an integer."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"n": 2**70 + 1, "f": 0.1, "s": "é\u2028"}}
+    packed = Packed()
+    for obj in (pod, pod | {"spec": {"n": 1}}):
+        packed.add(cluster_source._pack(obj))
+    assert [cluster_source._unpack(data) for data in packed] == [pod, pod | {"spec": {"n": 1}}]
+
+
 def test_the_opt_in_label_is_the_webhooks_namespace_selector() -> None:
     webhook = yaml.safe_load((REPO / "deploy" / "base" / "mutatingwebhook.yaml").read_text())
     [selector] = {json.dumps(w["namespaceSelector"], sort_keys=True) for w in webhook["webhooks"]}
@@ -175,10 +185,13 @@ def test_running_pods_of_a_namespace_exactly_at_its_resource_quota_are_not_over_
 @pytest.mark.parametrize("output", ["text", "json", "policyreport", "junit", "sarif"])
 def test_a_fleet_is_judged_page_by_page_and_reported_as_from_whole_results(
     api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``--cluster`` without manifests keeps of each result what the reports name (pods listed again,
-    page by page, as ``report`` does): every format says what it says from whole results, which
-    ``--write-mutated`` keeps (it writes the mutated objects)."""
+    """``--cluster`` without manifests keeps of each result what the reports name, or (text, json) its
+    rendered entry, compressed a block at a time (the pods listed once, kept packed until judged): every
+    format says what it says from whole results, which ``--write-mutated`` keeps (it writes the mutated
+    objects)."""
+    monkeypatch.setattr(Packed, "BLOCK", 4)  # entries in several blocks, and some pending past the last one
     for namespace in ("gpu-team", "notebooks"):
         api.add({"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": namespace, "labels": {cluster_source.OPT_IN_LABEL: "true"}}})  # fmt: skip
@@ -192,8 +205,21 @@ def test_a_fleet_is_judged_page_by_page_and_reported_as_from_whole_results(
     before = len([r for r in api.requests(path_contains="/api/v1/pods") if not r.watch and "continue" not in r.query])
     code, paged, _ = audit(capsys, *common)
     pod_lists = [r for r in api.requests(path_contains="/api/v1/pods") if not r.watch and "continue" not in r.query]
-    assert len(pod_lists) - before == 2  # for the view, then for the audit: no pod kept whole in between
+    assert len(pod_lists) - before == 1  # for the view: the audited pods kept packed for the audit
     whole_code, whole, _ = audit(capsys, *common, "--write-mutated", str(tmp_path / "mutated"))
     stamp = re.compile(r'"seconds": ?\d+|timestamp="[^"]*"|time="[^"]*"')
     assert code == whole_code and stamp.sub("", paged) == stamp.sub("", whole)
     assert "too-new" in paged
+
+
+@pytest.mark.parametrize("output", ["text", "json", "policyreport", "junit", "sarif"])
+def test_a_fleet_with_nothing_to_audit_is_reported_as_from_whole_results(
+    api: FakeApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+) -> None:
+    """No namespace opted in: every format prints its empty report, as from whole results."""
+    api.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quiet"}})
+    api.add(_deployment("too-new", "quiet"))
+    common = ("-o", output, "--cluster", "--kubeconfig", str(kubeconfig))
+    code, kept, _ = audit(capsys, *common)
+    whole_code, whole, _ = audit(capsys, *common, "--write-mutated", str(tmp_path / "mutated"))
+    assert (code, kept) == (whole_code, whole) and "too-new" not in kept

@@ -12,11 +12,15 @@ owner, once.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from webhook.audit.inputs import CLUSTER_PREFIX, Document
+from webhook.audit.packed import Packed
 from webhook.cluster import ApiClient, ClusterConfigError, discovery, kinds, listing, load_api_client, pods
 from webhook.errors import ClusterError
 from webhook.ledger import document
@@ -38,8 +42,8 @@ class Cluster:
     view: SnapshotView
     #: the namespaces whose running workloads are audited
     audited: set[str]
-    #: their pods, as listed (with ``keep_pods``)
-    pods: list[dict[str, Any]]
+    #: their pods as listed, without status and server-set metadata, as compressed JSON (with ``keep_pods``)
+    pods: Packed
     #: whether ``pods`` holds them (else they are listed again, page by page, when audited)
     kept_pods: bool = True
     #: what the listing has to say (the GPU quota ledger's charges in flight, or why it was not read)
@@ -60,16 +64,18 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
           keep_pods: bool = False, ledger_namespace: str = LedgerSettings.namespace) -> Cluster:  # fmt: skip
     """List every resource the policies read and build the view from it.
 
-    With ``keep_pods``, the pods of the audited namespaces are kept whole as
-    they stream past (namespaces are listed before pods), so that auditing
-    running workloads does not list every pod of the cluster a second time.
+    With ``keep_pods``, the pods of the audited namespaces are kept as they
+    stream past (namespaces are listed before pods), as a client would send
+    them (``_as_new``) and packed (compressed JSON, a few hundred bytes a pod),
+    so that auditing running workloads does not list every pod of the cluster
+    a second time.
     The GPU quota ledgers in ``ledger_namespace`` are read too: pods the
     webhook admitted that are not stored yet hold GPUs as well (docs/quota.md).
     """
     objects: list[dict[str, Any]] = []
     labels: dict[str, dict[str, str]] = {}  # of the namespaces not being deleted
     audited: set[str] = set()
-    kept: list[dict[str, Any]] = []
+    kept = Packed()
     served = discovery.served_resources(api_client)  # resource.k8s.io/v1 from Kubernetes 1.34 only
     for resource in served:
         kind = kinds.KINDS[resource]
@@ -82,7 +88,7 @@ def fetch(api_client: ApiClient, page_size: int = listing.PAGE_SIZE, *, all_name
                 if (obj.get("status") or {}).get("phase") != "Terminating":  # nothing new may be written there
                     labels[str(meta.get("name", ""))] = dict(meta.get("labels") or {})
             elif keep_pods and resource == "pods" and meta.get("namespace") in audited:
-                kept.append(obj)  # the shaper below builds a new dict and leaves this one whole
+                kept.add(_pack(_as_new(obj)))
             shaped = shape(obj)
             if shaped is not None:
                 objects.append(shaped)
@@ -127,7 +133,7 @@ def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size
     counters: dict[str, int] = {}
     for group, kind in sorted(policies.kinds):
         if (group, kind) == ("", "Pod") and cluster.kept_pods:
-            listed: Iterable[dict[str, Any]] = cluster.pods
+            listed: Iterable[dict[str, Any]] = map(_unpack, cluster.pods)
         else:
             lister = listing.workload_lister(cluster.api_client, group, kind)
             if lister is None:
@@ -141,6 +147,22 @@ def workloads(cluster: Cluster, policies: PolicySet, notes: list[str], page_size
                 continue
             counters[namespace] = counters.get(namespace, 0) + 1
             yield Document(f"{CLUSTER_PREFIX}{namespace}", counters[namespace], 0, _as_new(obj), None, f"{namespace}.yaml")
+
+
+#: marks an object packed by the standard json module: one orjson cannot write, and would read otherwise
+_STDLIB = b"J"
+
+
+def _pack(obj: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:  # an integer past 64 bits (orjson would read it back as a float)
+        return _STDLIB + json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _unpack(data: bytes) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(data[1:]) if data[:1] == _STDLIB else orjson.loads(data)
+    return obj
 
 
 def _owned_by_audited(meta: dict[str, Any], policies: PolicySet) -> bool:

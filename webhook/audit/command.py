@@ -20,9 +20,9 @@ from typing import IO, Any
 from webhook import collector
 from webhook.audit import connection, crash, inputs, mutated, snapshot
 from webhook.audit.inputs import Document, Problem
-from webhook.audit.judge import compact, judge
+from webhook.audit.judge import judge
 from webhook.audit.progress import Progress
-from webhook.audit.report import BY_RULE, FORMATS, Report
+from webhook.audit.report import FORMATS, KEEP, Kept, Report, write
 from webhook.errors import ClusterError, ManifestError, PolicyError
 from webhook.policy import loader
 from webhook.registry import flags
@@ -104,10 +104,12 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
         colour=stdout.isatty() and not os.environ.get("NO_COLOR"),
     )  # fmt: skip
     files: dict[str, list[mutated.Entry]] = {}
-    # a fleet's running workloads, judged as they are listed, page by page: each result keeps what the
-    # report names (tens of MB for 100,000 pods, where whole pods and their mutated copies were GBs)
-    compacting = _fleet(args)
-    by_rule = args.output in BY_RULE
+    # a fleet's running workloads, judged as they come: each result is kept as its report renders it
+    # (compressed text, a few bytes to a few hundred an object), not whole (whole pods and their mutated
+    # copies were GBs for 100,000 pods)
+    keep = KEEP[args.output] if _fleet(args) else None
+    if keep is not None:
+        report.kept = Kept()
     try:
         for item in documents:
             if isinstance(item, Problem):
@@ -118,9 +120,9 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
             result = judge(policies, view, item, namespace=args.namespace)
             if result is None:
                 report.ignored += 1
+            elif keep is not None:
+                report.keep(result, keep)
             else:
-                if compacting:
-                    result = compact(result, tuple(report.outcomes(result)) if by_rule else None)
                 report.results.append(result)
             if args.write_mutated:
                 files.setdefault(item.relative, []).append((item, result))
@@ -136,7 +138,8 @@ def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO
 
 
 def _fleet(args: argparse.Namespace) -> bool:
-    """Audits the cluster's running workloads, for a report that names them (no --diff, --write-mutated)."""
+    """Audits the cluster's running workloads, for a report that names them (no --diff, --write-mutated,
+    which read whole results)."""
     return bool(args.cluster and not args.paths and not args.diff and not args.write_mutated)
 
 
@@ -161,8 +164,8 @@ def _sources(
 
         api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
         cluster = cluster_source.fetch(
-            # (pods kept whole as they are listed, when results keep them anyway; else listed again)
-            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths and not _fleet(args),
+            # (pods kept packed as they are listed, rather than listed again)
+            api_client, args.page_size, all_namespaces=args.all_namespaces, keep_pods=not args.paths,
             ledger_namespace=args.quota_namespace or LedgerSettings.namespace,
         )
         notes.extend(cluster.notes)
@@ -193,7 +196,7 @@ def _emit(args: argparse.Namespace, report: Report, stdout: IO[str], stderr: IO[
         for line in _failures(report):
             print(line, file=stderr)  # a diff alone does not say why the run fails
     else:
-        stdout.write(FORMATS[args.output](report))
+        write(report, args.output, stdout)
     if args.diff or args.output != "text":
         # the report carries them too; CI logs show stderr
         for problem in report.problems:

@@ -34,10 +34,6 @@ class Result:
     validation: Decision
     #: the request the validating webhook judges: the object as the mutating webhook leaves it
     validated: Request
-    #: ``outcomes`` worked out before the result was compacted (``compact``), if it was
-    outcomes: tuple[Outcome, ...] | None = None
-    #: the objects were cut to what the reports name (``compact``)
-    compacted: bool = False
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -94,26 +90,6 @@ def judge(policies: loader.PolicySet, view: ClusterView, document: Document, nam
     return Result(document, request, mutation, validation, validated)
 
 
-#: the metadata a report names an object by (Request.display_name, policyreport.resource_of)
-_NAMING = ("name", "generateName", "namespace", "uid")
-
-
-def compact(result: Result, outcomes: tuple[Outcome, ...] | None) -> Result:
-    """``result`` for a report of a fleet (``audit --cluster``): its objects cut to what the reports
-    name them by (apiVersion, kind, name, generateName, namespace, uid), without the mutated copies, and
-    with its ``outcomes`` worked out before (None: the report does not ask for them). Findings,
-    changes, warnings and the patch stay: every format reads the same from it as from ``result``;
-    ``--diff`` and ``--write-mutated``, which read the objects, take whole results."""
-    obj = result.document.obj
-    meta = obj.get("metadata")
-    named: dict[str, Any] = {key: obj[key] for key in ("apiVersion", "kind") if key in obj}
-    if isinstance(meta, dict):
-        named["metadata"] = {key: meta[key] for key in _NAMING if key in meta}
-    request = replace(result.request, object=named, old_object=None)
-    return Result(replace(result.document, obj=named), request, result.mutation._replace(patched=None),
-                  result.validation._replace(patched=None), request, outcomes, True)
-
-
 @dataclass(frozen=True)
 class Outcome:
     """One policy rule's result on one object."""
@@ -146,11 +122,6 @@ def outcomes(
     lifts for it, are ``skip``. ``plans`` keeps which rules apply per kind and
     namespace across the objects of a run.
     """
-    if result.compacted:
-        if result.outcomes is None:
-            raise ValueError(f"{result.request.subject}: compacted without its outcomes")
-        yield from result.outcomes
-        return
     request = result.request
     key = (request.group, request.kind, request.namespace)
     plan = plans.get(key) if plans is not None else None

@@ -7,16 +7,28 @@ error is written on one line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from webhook.audit.judge import Result
-from webhook.audit.report.run import Report, dump_json
+from webhook.audit.report.run import Kept, Report, json_chunks, json_line
 
 VERSION = 1
 
 
 def render(report: Report) -> str:
-    return dump_json(document(report), expand=2) + "\n"
+    return "".join(chunks(report))
+
+
+def chunks(report: Report) -> Iterator[str]:
+    """``render``'s text in pieces, to write as they come."""
+    yield from json_chunks(document(report), expand=2)
+    yield "\n"
+
+
+def keep(report: Report, result: Result, kept: Kept) -> None:
+    """One result's line of ``results`` (``Report.keep``)."""
+    kept.put(json_line(_result(result)))
 
 
 def document(report: Report) -> dict[str, Any]:
@@ -25,7 +37,7 @@ def document(report: Report) -> dict[str, Any]:
         "kind": "AuditReport",
         "version": VERSION,
         "summary": {
-            "objects": len(report.results),
+            "objects": report.objects,
             "denied": verdicts["deny"],
             "warned": verdicts["warn"],
             "mutated": verdicts["mutate"],
@@ -35,7 +47,7 @@ def document(report: Report) -> dict[str, Any]:
             "failOn": report.fail_on,
             "exitCode": report.exit_code,
         },
-        "results": [_result(r) for r in report.results],
+        "results": report.kept.entries() if report.kept is not None else [_result(r) for r in report.results],
         "errors": [
             {"source": p.source, "document": p.index, "line": p.line, "message": p.message} for p in report.problems
         ],

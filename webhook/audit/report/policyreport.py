@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.audit.judge import Outcome, Result
-from webhook.audit.report.run import TOOL, Report, dump_json
+from webhook.audit.report.run import TOOL, Entries, Kept, Report, json_chunks, json_line
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-admission-audit"
@@ -50,26 +51,50 @@ _STATUSES = ("pass", "fail", "warn", "error", "skip")
 
 
 def render(report: Report) -> str:
-    return dump_json(document(report), expand=4) + "\n"
+    return "".join(chunks(report))
+
+
+def chunks(report: Report) -> Iterator[str]:
+    """``render``'s text in pieces, to write as they come."""
+    yield from json_chunks(document(report), expand=4)
+    yield "\n"
+
+
+def keep(report: Report, result: Result, kept: Kept) -> None:
+    """One result's lines of its namespace's report, a policy rule each (``Report.keep``)."""
+    namespace = _namespace_of(result)
+    for outcome in report.outcomes(result):
+        kept.put(json_line(_entry(report, result, outcome)), namespace, outcome.status)
+
+
+def _namespace_of(result: Result) -> str:
+    """Where the result is reported: its namespace, or "" (the cluster's report) when that is no
+    namespace a report can live in (a template left-over)."""
+    namespace = result.request.namespace
+    return namespace if _NAMESPACE.match(namespace) else ""
 
 
 def document(report: Report) -> dict[str, Any]:
-    by_namespace: dict[str, list[dict[str, Any]]] = {}
+    rendered: dict[str, list[dict[str, Any]]] = {}
     for result in report.results:
-        namespace = result.request.namespace
-        if not _NAMESPACE.match(namespace):
-            namespace = ""  # not a namespace a report can live in (a template left-over): the cluster report
-        entries = by_namespace.setdefault(namespace, [])
+        entries = rendered.setdefault(_namespace_of(result), [])
         entries.extend(_entry(report, result, o) for o in report.outcomes(result))
+    # a fleet's entries were rendered as it was judged (``keep``): its results are not kept
+    by_namespace: dict[str, list[dict[str, Any]] | Entries] = {**(report.kept.groups if report.kept else rendered)}
     cluster_entries = by_namespace.pop("", [])
-    cluster_entries.extend(
+    problems = [
         {
             "source": TOOL, "policy": TOOL, "rule": "read-manifest", "result": "error", "scored": True,
             "message": problem.text(), "timestamp": _timestamp(report),
             "properties": {"file": problem.source, "document": str(problem.index), "line": str(problem.line)},
         }
         for problem in report.problems
-    )
+    ]
+    if isinstance(cluster_entries, Entries):  # (a report is rendered once: they join the kept entries)
+        for entry in problems:
+            cluster_entries.add(json_line(entry), "error")
+    else:
+        cluster_entries.extend(problems)
     items = [report_object(WGPOLICY, namespace, REPORT_NAME, entries, MANAGED_BY)
              for namespace, entries in sorted(by_namespace.items())]  # fmt: skip
     if cluster_entries:
@@ -77,13 +102,14 @@ def document(report: Report) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def report_object(kinds: ReportKinds, namespace: str | None, name: str, results: list[dict[str, Any]],
+def report_object(kinds: ReportKinds, namespace: str | None, name: str, results: list[dict[str, Any]] | Entries,
                   labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
-    """One report: a namespace's (``namespace``), or the cluster's (None), with its summary."""
+    """One report: a namespace's (``namespace``), or the cluster's (None), with its summary; ``results``
+    rendered already (``Entries``: a fleet's audit) or not."""
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels)}
     if namespace is not None:
         metadata["namespace"] = namespace
-    counts = Counter(r["result"] for r in results)
+    counts = results.statuses if isinstance(results, Entries) else Counter(r["result"] for r in results)
     report: dict[str, Any] = {"apiVersion": kinds.api_version, "kind": kinds.namespaced if namespace else kinds.cluster,
                               "metadata": metadata}  # fmt: skip
     if kinds.report_source:

@@ -9,13 +9,15 @@ object when there is no file: stdin, the live cluster).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from webhook import __version__
 from webhook.audit.inputs import CLUSTER_PREFIX, STDIN_NAME, Document
-from webhook.audit.report.run import TOOL, Report, dump_json
+from webhook.audit.judge import Result
+from webhook.audit.report.run import TOOL, Entries, Kept, Report, json_chunks, json_line
 from webhook.policy import engine
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -24,7 +26,23 @@ _LEVEL = {"enforce": "error", "warn": "warning", "audit": "note"}
 
 
 def render(report: Report) -> str:
-    return dump_json(document(report), expand=4) + "\n"
+    return "".join(chunks(report))
+
+
+def chunks(report: Report) -> Iterator[str]:
+    """``render``'s text in pieces, to write as they come."""
+    yield from json_chunks(document(report), expand=4)
+    yield "\n"
+
+
+def keep(report: Report, result: Result, kept: Kept) -> None:
+    """One result's findings, a line each (``Report.keep``)."""
+    index = kept.once.get("sarif-index")
+    if index is None:
+        index = kept.once["sarif-index"] = _index(report)
+    entries = kept.group("")
+    for finding in _findings(index, result):
+        entries.add(json_line(finding), "")
 
 
 def _text(subject: str, message: str) -> str:
@@ -32,22 +50,30 @@ def _text(subject: str, message: str) -> str:
     return message if message.startswith(f"{subject} ") or message.startswith(f"{subject}:") else f"{subject}: {message}"
 
 
+def _index(report: Report) -> dict[str, int]:
+    """Each reporting rule's position in the driver's rules."""
+    return {rule["id"]: position for position, rule in enumerate(_rules(report))}
+
+
+def _findings(index: dict[str, int], result: Result) -> Iterator[dict[str, Any]]:
+    for finding in result.findings:
+        rule_id = f"{finding.policy}/{finding.rule}"
+        yield {
+            "ruleId": rule_id,
+            **({"ruleIndex": index[rule_id]} if rule_id in index else {}),
+            "level": _LEVEL.get(finding.mode, "note"),
+            "message": {"text": _text(result.request.subject, finding.message)},
+            "locations": [_location(result.document, result.request.subject)],
+        }
+
+
 def document(report: Report) -> dict[str, Any]:
     rules = _rules(report)
     index = {rule["id"]: position for position, rule in enumerate(rules)}
-    results: list[dict[str, Any]] = []
-    for result in report.results:
-        for finding in result.findings:
-            rule_id = f"{finding.policy}/{finding.rule}"
-            results.append({
-                "ruleId": rule_id,
-                **({"ruleIndex": index[rule_id]} if rule_id in index else {}),
-                "level": _LEVEL.get(finding.mode, "note"),
-                "message": {"text": _text(result.request.subject, finding.message)},
-                "locations": [_location(result.document, result.request.subject)],
-            })
+    results: list[dict[str, Any]] = [found for result in report.results for found in _findings(index, result)]
+    problems: list[dict[str, Any]] = []
     for problem in report.problems:
-        results.append({
+        problems.append({
             "ruleId": INVALID_MANIFEST,
             "ruleIndex": index[INVALID_MANIFEST],
             "level": "error",
@@ -55,8 +81,13 @@ def document(report: Report) -> dict[str, Any]:
             "locations": [{"physicalLocation": _physical(problem.source, problem.line)}]
             if problem.source != STDIN_NAME else [],
         })
+    listed: list[dict[str, Any]] | Entries = results + problems
+    if report.kept is not None:  # a fleet's findings were rendered as it was judged (``keep``)
+        listed = report.kept.group("")
+        for found in problems:  # (a report is rendered once: they join the kept lines)
+            listed.add(json_line(found), "")
     driver = {"name": TOOL, "version": __version__, "rules": rules}
-    return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": results}]}
+    return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": listed}]}
 
 
 def _rules(report: Report) -> list[dict[str, Any]]:

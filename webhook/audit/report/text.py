@@ -5,20 +5,38 @@ Colour only when the caller says so (a terminal, and ``NO_COLOR`` unset).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from webhook.audit.judge import Result
-from webhook.audit.report.run import Report
+from webhook.audit.report.run import Kept, Report
 
 _COLOURS = {"DENY": "31", "WARN": "33", "MUTATE": "36", "PASS": "32", "ERROR": "35"}
 _INDENT = " " * 8
 
 
 def render(report: Report) -> str:
+    return "".join(chunks(report))
+
+
+def chunks(report: Report) -> Iterator[str]:
+    """``render``'s text in pieces, to write as they come: a line each."""
+    if report.kept is not None:
+        yield from (f"{entry}\n" for entry in report.kept.entries())
+    else:
+        paint = _painter(report.colour)
+        yield from (f"{line}\n" for result in report.results for line in _block(result, paint))
+    yield from (f"{line}\n" for line in _tail(report))
+
+
+def keep(report: Report, result: Result, kept: Kept) -> None:
+    """One result's block of lines (``Report.keep``)."""
+    kept.put("\n".join(_block(result, _painter(report.colour))))
+
+
+def _tail(report: Report) -> list[str]:
+    """The problems, the findings per rule, the totals."""
     paint = _painter(report.colour)
     lines: list[str] = []
-    for result in report.results:
-        lines.extend(_block(result, paint))
     for problem in report.problems:
         lines.append(f"{paint('ERROR')}   {problem.text()}")
     counts = report.rule_counts()
@@ -30,7 +48,7 @@ def render(report: Report) -> str:
             modes = "  ".join(f"{mode} {by_mode[mode]}" for mode in ("enforce", "warn", "audit", "note") if by_mode[mode])
             lines.append(f"  {rule:{width}}  {modes}")
     lines.append(_totals(report))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _block(result: Result, paint: Callable[[str], str]) -> list[str]:
@@ -50,7 +68,7 @@ def _block(result: Result, paint: Callable[[str], str]) -> list[str]:
 def _totals(report: Report) -> str:
     verdicts = report.verdicts
     parts = [
-        f"{_plural(len(report.results), 'object')}: {verdicts['deny']} denied, {verdicts['warn']} warned, "
+        f"{_plural(report.objects, 'object')}: {verdicts['deny']} denied, {verdicts['warn']} warned, "
         f"{verdicts['mutate']} mutated, {verdicts['pass']} passed"
     ]
     if report.problems:
