@@ -43,6 +43,8 @@ ROUTED = (WEBHOOKS_USER, COMPILED_USER)
 PROVENANCE = "gpu-admission.io/mutated"
 ROUTING = "e2e-equivalence-routing"
 CANARY = "e2e-canary"
+#: the label of the canary ConfigMap its generation's bindings select
+CANARY_GENERATION = "e2e-canary-generation"
 
 
 def _user_condition(expression: str) -> dict[str, str]:
@@ -267,7 +269,8 @@ class Setups:
         return record_changed
 
     def _canaries_seen(self) -> bool:
-        probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CANARY}, "data": {}}
+        probe = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": CANARY, "labels": {CANARY_GENERATION: str(self.generation)}}, "data": {}}
         outcome = self.clients[COMPILED_USER].create(probe, "default")
         marker = f"{CANARY} {self.generation}"
         mutated = self.version < offload.MUTATING_POLICIES_GA or (outcome.obj or {}).get("data", {}).get("generation") == str(self.generation)
@@ -298,15 +301,20 @@ def _bare(obj: Object) -> Object:
 
 def _canaries(generation: int, version: tuple[int, int]) -> list[Object]:
     """A policy of each kind that marks a ConfigMap named e2e-canary with this generation: once
-    kube-apiserver acts on them, it acts on the compiled policies applied before them."""
+    kube-apiserver acts on them, it acts on the compiled policies applied before them. The
+    policies and their bindings change with each generation (the message, the object selector):
+    kube-apiserver reads policies and bindings through two informers, each in order of writing,
+    and a binding created with the compiled policies shows only once the canary's binding of the
+    same generation does."""
     rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]
+    this_generation = {"objectSelector": {"matchLabels": {CANARY_GENERATION: str(generation)}}}
     condition = [{"name": "canary", "expression": f"object.metadata.name == '{CANARY}'"}, ONLY[COMPILED_USER]]
     docs: list[Object] = [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": CANARY},
          "spec": {"matchConstraints": {"resourceRules": rules}, "matchConditions": condition,
                   "validations": [{"expression": "false", "message": f"{CANARY} {generation}"}]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": CANARY},
-         "spec": {"policyName": CANARY, "validationActions": ["Warn"]}},
+         "spec": {"policyName": CANARY, "validationActions": ["Warn"], "matchResources": this_generation}},
     ]
     if version >= offload.MUTATING_POLICIES_GA:
         docs += [
@@ -315,7 +323,7 @@ def _canaries(generation: int, version: tuple[int, int]) -> list[Object]:
                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
                           "expression": f"[JSONPatch{{op: 'add', path: '/data', value: {{'generation': '{generation}'}}}}]"}}]}},
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": CANARY},
-             "spec": {"policyName": CANARY}},
+             "spec": {"policyName": CANARY, "matchResources": this_generation}},
         ]
     return docs
 
