@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -21,7 +21,7 @@ from webhook.ledger.charger import Ledger
 from webhook.policy.loader import PolicySet
 from webhook.registry.resolver import ResolverSettings, running
 from webhook.registry.view import ResolvedView
-from webhook.server import evaluation, handlers, keys
+from webhook.server import evaluation, handlers, keys, memory
 from webhook.server.limits import Limits
 from webhook.server.metrics import Metrics
 from webhook.server.policies import PolicyStore
@@ -107,6 +107,7 @@ def create_app(
     if images is not None:  # after the cluster: it wraps the view the cluster index set
         app.cleanup_ctx.append(_registry_ctx(images))
     app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_policies(app)))
+    app.cleanup_ctx.append(_trim_after_bursts(app[keys.TURNS]))
     if tls is not None:
         app.cleanup_ctx.append(_watch(config.reload_interval, lambda: _reload_tls(app, tls)))
     app.router.add_post("/mutate", handlers.mutate)
@@ -223,6 +224,16 @@ async def _freeze_gc_when_synced(index: ClusterIndex) -> None:
 
 def _unsynced(index: ClusterIndex) -> str:
     return ", ".join(sorted(r for r in index.resources if not index.synced([r])))
+
+
+def _trim_after_bursts(turns: evaluation.Turns[Any, Any]) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The C allocator's free pages handed back once a burst of admissions is over (webhook.server.memory)."""
+    trimmer = memory.Trimmer(lambda: turns.taken)
+
+    async def look() -> None:
+        trimmer.look()
+
+    return _watch(memory.LOOK_INTERVAL, look)
 
 
 def _watch(interval: float, check: Callable[[], Awaitable[None]]) -> Callable[[web.Application], AsyncIterator[None]]:

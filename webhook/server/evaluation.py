@@ -117,6 +117,8 @@ class Turns(Generic[_Answered, _Done]):
         self._sizes: list[int] = []  # each waiting admission's review, in bytes
         #: the loop a turn is scheduled on, while one is
         self._scheduled: asyncio.AbstractEventLoop | None = None
+        #: admissions taken into a turn since the server started (webhook.server.memory looks at it)
+        self.taken = 0
 
     def submit(self, args: TurnArgs, context: Any, size: int = 0) -> asyncio.Future[_Done | Decided]:
         """``account(answer(decide(*args), parsed, context), parsed, context)`` once the turn this
@@ -143,6 +145,7 @@ class Turns(Generic[_Answered, _Done]):
             taken += 1
         batch = waiting[:taken]
         del waiting[:taken], sizes[:taken]
+        self.taken += taken
         self._scheduled = None
         if waiting:  # the rest in the next turn, after what is ready meanwhile (health checks, writes)
             loop.call_soon(self._run, loop)
