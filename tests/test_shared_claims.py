@@ -204,3 +204,34 @@ def test_a_template_claim_is_the_pods_own_and_the_recount_states_the_line_admiss
     stored = [NAMESPACE, CLASS, _claim("shared", 2), _claim("b-gpu-x7", 1), new_shared,
               _pod("b", {"resourceClaimTemplateName": "per-pod"}, made="b-gpu-x7")]
     assert recount.holdings(_policies(), SnapshotView.from_objects(stored), KEY, ["ml"], None) == admitted
+
+
+#: a pod without GPUs: the view knows the namespace's pods (none of them holding GPUs)
+CPU_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu", "namespace": "ml", "uid": "uid-cpu"},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}
+
+
+def test_a_pod_naming_one_claim_twice_counts_it_once() -> None:
+    """Two entries of a pod's resourceClaims may name the same ResourceClaim (Kubernetes checks the
+    entries' names only); the scheduler allocates it once, and the cap counts it once."""
+    pod = _pod("twice", {"resourceClaimName": "shared"})
+    pod["spec"]["resourceClaims"].append({"name": "again", "resourceClaimName": "shared"})
+    pod["spec"]["containers"].append({"name": "d", "image": "x", "resources": {"claims": [{"name": "again"}]}})
+    view = SnapshotView.from_objects([NAMESPACE, CLASS, CPU_POD, _claim("shared", 3)])
+    decision = engine.evaluate(_policies(), Request.for_object(pod), view, "validate")
+    assert decision.allowed and not decision.warnings, (decision.message(), decision.warnings)
+    (charge,) = decision.charges
+    assert charge.holding.gpus == ((GPU, Decimal(3)),)
+    assert charge.holding.claims == (("shared", ((GPU, Decimal(3)),)),)
+    # control: two claims of their own, 3 GPUs each, are 6 of a cap of 4
+    other = _pod("two", {"resourceClaimName": "shared"})
+    other["spec"]["resourceClaims"].append({"name": "again", "resourceClaimName": "more"})
+    other["spec"]["containers"].append({"name": "d", "image": "x", "resources": {"claims": [{"name": "again"}]}})
+    view = SnapshotView.from_objects([NAMESPACE, CLASS, CPU_POD, _claim("shared", 3), _claim("more", 3)])
+    refused = engine.evaluate(_policies(), Request.for_object(other), view, "validate")
+    assert "this pod asks for 6" in refused.message(), refused.message()
+    # and the recount states the line admission wrote
+    stored = {**pod, "status": {"phase": "Running"}}
+    held = recount.holdings(_policies(), SnapshotView.from_objects([NAMESPACE, CLASS, _claim("shared", 3), stored]),
+                            KEY, ["ml"], None)
+    assert held == {"uid-twice": charge.holding}

@@ -4,7 +4,8 @@ A claim's GPU requests count as extended resources (webhook.gpu.device_classes),
 so every rule keeps speaking of ``nvidia.com/gpu`` and ``nvidia.com/mig-*``:
 a container that uses a GPU claim is a GPU container, and the pod's GPUs
 are its extended resources plus its claims' devices. Devices of one claim
-are counted once per pod, however many containers share the claim.
+are counted once per pod, however many containers share the claim, and
+however many of the pod's ``resourceClaims`` entries name it.
 
 Counting a request: the largest GPU alternative of ``firstAvailable`` (it
 may get any of them: caps and quotas are charged that, as ResourceQuota
@@ -88,6 +89,9 @@ def resolve(
         if not name:
             continue
         if claim.claim:
+            if claim.claim in found.held.values():  # the same ResourceClaim again: allocated, and counted, once
+                found.held[claim.name] = claim.claim
+                continue
             found.held[claim.name] = claim.claim
         obj = view.resource_claim_template(namespace, name) if claim.template else view.resource_claim(namespace, name)
         if obj is None:

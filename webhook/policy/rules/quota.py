@@ -188,7 +188,7 @@ def _named_claims(ctx: RuleContext) -> Claims:
             for name, n in counts.items():
                 if n and ctx.is_gpu(name):
                     devices[name] = devices.get(name, Decimal(0)) + n
-        if devices:  # (a claim named twice by one pod: its GPUs count twice in the pod's, once here)
+        if devices:  # (a claim named twice by one pod has counts under its first name only: claim_gpus.resolve)
             found.setdefault(claim.claim, devices)
     return tuple(sorted((claim, tuple(sorted(devices.items()))) for claim, devices in found.items()))
 
