@@ -11,7 +11,13 @@ platform team would install, and the same pods are created:
 - **compiled + slimmed webhooks**: deploy/compiled/: the ValidatingAdmissionPolicies and the
   MutatingAdmissionPolicy of ``policies compile``, and the webhooks of the server that skips
   what they run;
-- **compiled policies alone**: those policies and no webhook (what they cost in kube-apiserver).
+- **compiled policies alone**: those policies and no webhook (what they cost in kube-apiserver);
+- **their shells alone**: the same policies and bindings (match constraints, match conditions,
+  failure policies, validation actions, reinvocation) with every expression of ours taken out: each
+  ValidatingAdmissionPolicy validates ``true``, the MutatingAdmissionPolicy adds one annotation (a
+  change, as the compiled mutation makes one to every GPU pod, which starts kube-apiserver's
+  re-invocation). What kube-apiserver spends on running in-process policies at all, before any
+  expression: the least any compiled form can cost.
 
 Each round goes through every state (in alternating order) and creates the same 4-GPU training
 pod (bench/server.py's) ``--pods`` times from ``--clients`` threads, timing each create, then
@@ -60,6 +66,7 @@ STATES: dict[str, tuple[str, str | None, str | None]] = {
     "webhooks alone": (NAMESPACE, None, "whole"),
     "compiled + slimmed webhooks": (NAMESPACE, "now", "slimmed"),
     "compiled policies alone": (NAMESPACE, "now", None),
+    "their shells alone": (NAMESPACE, "shells", None),
 }
 #: with ``--before DIR``: another compiled output (e.g. an earlier commit's deploy/compiled/policies) alone
 BEFORE = "compiled alone, --before"
@@ -93,8 +100,8 @@ class Cluster:
         compiled.mkdir()
         for name, text in files.items():
             (compiled / name).write_text(text)
-        self.compiled = {"now": [d for name in (output.VALIDATING, output.MUTATING) if name in files
-                                 for d in yaml.safe_load_all(files[name]) if d] + _canaries("now")}
+        now = [d for name in (output.VALIDATING, output.MUTATING) if name in files for d in yaml.safe_load_all(files[name]) if d]
+        self.compiled = {"now": now + _canaries("now"), "shells": [shell(d) for d in now] + _canaries("shells")}
         if before is not None:
             self.compiled["before"] = [d for name in (output.VALIDATING, output.MUTATING) if (before / name).exists()
                                        for d in yaml.safe_load_all((before / name).read_text()) if d] + _canaries("before")
@@ -178,6 +185,22 @@ def _with_ca(config: Object, server: Admission) -> Object:
     for hook in config["webhooks"]:
         hook["clientConfig"]["caBundle"] = base64.b64encode(ca).decode()
     return config
+
+
+def shell(doc: Object) -> Object:
+    """A compiled policy or binding with no expression of ours: a ValidatingAdmissionPolicy that
+    validates ``true``, a MutatingAdmissionPolicy that adds one annotation; bindings as they are."""
+    doc = copy.deepcopy(doc)
+    spec = doc["spec"]
+    if doc["kind"] == "ValidatingAdmissionPolicy":
+        spec.pop("variables", None)
+        spec.pop("auditAnnotations", None)
+        spec["validations"] = [{"expression": "true"}]
+    elif doc["kind"] == "MutatingAdmissionPolicy":
+        spec.pop("variables", None)
+        spec["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {
+            "expression": "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'bench-cel/shell': 'yes'}}]"}}]
+    return doc
 
 
 def _canaries(which: str) -> list[Object]:
