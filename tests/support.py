@@ -16,11 +16,14 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import jsonpatch
 import kubernetes_validate
 import pytest
+
+if TYPE_CHECKING:
+    from webhook.policy.loader import PolicySet
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPU_ADMISSION_SHARED", REPO.parent / "shared"))
@@ -29,6 +32,23 @@ REVIEWS = CORPUS / "admissionreviews" / "kube-apiserver-1.36"
 MANIFESTS = CORPUS / "manifests"
 POLICIES = REPO / "policies"
 K8S_VERSION = "1.34"
+
+#: a namespace cap of 4 GPUs (no ResourceQuotas), the ledger tests' and the DRA holding tests' policy
+NAMESPACE_CAP_OF_4 = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: caps}
+spec:
+  rules: {quota: {resourceQuotas: false, limits: [{scope: namespace, max: 4}]}}
+"""
+
+
+def cap_of_4_policies() -> PolicySet:
+    """The shipped workload kinds and :data:`NAMESPACE_CAP_OF_4`, loaded."""
+    from webhook.policy import loader
+
+    return loader.load_text((POLICIES / "workload-kinds.yaml").read_text() + "\n---\n" + NAMESPACE_CAP_OF_4)
+
 
 #: YAML values that their explicit tag does not fit, and the error PyYAML's safe constructor raises on each
 TAG_MISFITS = [

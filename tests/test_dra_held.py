@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import POLICIES
+from tests.support import cap_of_4_policies
 from webhook.ledger import recount
 from webhook.policy import engine, loader
 from webhook.policy.charges import LedgerKey
 from webhook.policy.request import Request
 from webhook.view.snapshot import SnapshotView
 
-POLICY = """\
-apiVersion: gpu-admission.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: caps}
-spec:
-  rules: {quota: {resourceQuotas: false, limits: [{scope: namespace, max: 4}]}}
-"""
 KEY = LedgerKey("namespace", "ml", "", "nvidia.com/gpu.product")
 CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
          "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}
@@ -47,7 +40,7 @@ def _pod(name: str, pod_claim: dict[str, str], held: str | None = None) -> dict[
 
 
 def _policies() -> loader.PolicySet:
-    return loader.load_text((POLICIES / "workload-kinds.yaml").read_text() + "\n---\n" + POLICY)
+    return cap_of_4_policies()
 
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}

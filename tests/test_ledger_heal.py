@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.fakeapi import FakeApiServer
-from tests.support import POLICIES
+from tests.support import cap_of_4_policies
 from webhook.cluster.session import ApiSession
 from webhook.ledger import document
 from webhook.ledger.charger import Ledger
@@ -28,20 +28,12 @@ from webhook.ledger.metrics import LedgerMetrics
 from webhook.ledger.settings import LedgerSettings
 from webhook.ledger.store import LedgerStore
 from webhook.ledger.upkeep import PodFollower, Upkeep
-from webhook.policy import loader
 from webhook.policy.charges import Holding, LedgerKey
 from webhook.view.protocol import Object
 from webhook.view.snapshot import SnapshotView
 
 NAMESPACE = "gpu-admission"
 KEY = LedgerKey("namespace", "ml", "", "nvidia.com/gpu.product")
-POLICY = """\
-apiVersion: gpu-admission.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: caps}
-spec:
-  rules: {quota: {resourceQuotas: false, limits: [{scope: namespace, max: 4}]}}
-"""
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -67,7 +59,7 @@ def api() -> Iterator[FakeApiServer]:
 
 
 async def _upkeep(api: FakeApiServer, view: SnapshotView) -> AsyncIterator[tuple[Upkeep, CollectorRegistry]]:
-    policies = loader.load_text((POLICIES / "workload-kinds.yaml").read_text() + "\n---\n" + POLICY)
+    policies = cap_of_4_policies()
     registry = CollectorRegistry()
     session = ApiSession(api.api_client().configuration)
     async with session.running():
