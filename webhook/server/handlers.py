@@ -94,14 +94,11 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
         objects = _count_objects(body, limits.max_objects)
         resolver = state.resolver
+        context: Context = (state, endpoint, phase, started)
         if resolver is None and len(body) < limits.offload_bytes:
             # parsed, evaluated and answered with the other reviews read in the same turn (evaluation.Turns)
             args: evaluation.TurnArgs = (state.store.current, body, state.view(), phase, limits, objects)
-            done = await state.turns.submit(args, (state, endpoint, phase, started), len(body))
-            if type(done) is bytes:
-                return Answer(done)
-            assert isinstance(done, evaluation.Decided)
-            outcome, parsed = done  # a pod to charge to the GPU quota ledger first
+            done = await state.turns.submit(args, context, len(body))
         else:
             parsed = review.parse_review(body)
             if resolver is not None:  # waits at most its budget; the rest resolves in the background
@@ -110,12 +107,13 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
             if len(body) >= limits.offload_bytes:
                 outcome = await evaluation.decide_off_loop(state.app[keys.EXECUTOR], args[0], parsed, *args[2:])
                 _count_refusal(state, outcome)
+                done = evaluation.Decided(outcome, parsed)
             else:
-                done = await state.turns.submit(args, (state, endpoint, phase, started), len(body))
-                if type(done) is bytes:
-                    return Answer(done)
-                assert isinstance(done, evaluation.Decided)
-                outcome = done.outcome
+                done = await state.turns.submit(args, context, len(body))
+        if type(done) is bytes:  # answered in its turn
+            return Answer(done)
+        assert isinstance(done, evaluation.Decided)
+        outcome, parsed = done  # judged off the loop, or a pod to charge to the GPU quota ledger first
     except RequestBodyError as exc:
         metrics.reject(exc.reason)
         log.info("request refused: %s", exc, extra={"status": exc.status, "endpoint": endpoint})
@@ -136,7 +134,6 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     # before it is allowed
     if ledger is not None and (decision.charges or charging.stated(ledger, parsed.request, phase)):
         decision = await charging.settle(ledger, parsed.request, decision, args[0], args[2])
-    context = (state, endpoint, phase, started)
     return Answer(account(answered(decision, outcome.refused, parsed, context), parsed, context))
 
 
