@@ -35,10 +35,13 @@ class Checks:
         self.policy, self.rule, self.mode, self.phase = policy, rule, mode, phase
         #: what this policy counts as a GPU
         self.gpu = gpu
+        #: the tags of the findings built so far ("ME", "VW", ...): which validation actions they can reach
+        self.tags: set[str] = set()
 
     def finding(self, message: str, mode: Mode | None = None) -> str:
         """A CEL string: the tagged finding of ``message`` (a CEL string expression)."""
         tag = self.phase + _MODE_LETTER[mode or self.mode]
+        self.tags.add(tag)
         if self.phase == "M":  # the object as the mutating webhook saw it: before kube-apiserver generated its name
             message = (f"[{message}].map(m, m.startsWith(variables.subject) ? "
                        "variables.subjectBefore + m.substring(variables.subject.size()) : m)[0]")

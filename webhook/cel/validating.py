@@ -103,15 +103,17 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicies and their bindings (none when nothing compiled checks anything).
     Every validation reads the findings, which are none where the webhook's matchConditions
     (variable ``reached``) would not send the request."""
-    checks = _policy_checks(compilation)
-    if not checks:
+    built = _policy_checks(compilation)
+    if not built:
         return []
+    checks = [expr for expr, _ in built]
     variables = [{"name": "reached", "expression": reach.reached()}, *_variables(compilation, checks)]
     modes = {cfg.mode for _, _, cfg in _rules(compilation)}
     docs = _policy(NAME, "Deny", reach, variables, [
         _validation("variables.denyMutate"), _validation("variables.denyValidate"),
     ])
-    docs += _policy(f"{NAME}-warn", "Warn", reach, variables, [
+    warning = [i for i, (_, tags) in enumerate(built) if tags & {"MW", "VW"}]
+    docs += _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning), [
         {"expression": f"variables.warnings.size() <= {i}", "messageExpression": f"variables.warnings[{i}]"}
         for i in range(WARNING_SLOTS)
     ])
@@ -132,19 +134,22 @@ def _rules(compilation: Compilation) -> list[tuple[Any, str, Any]]:
     return found
 
 
-def _policy_checks(compilation: Compilation) -> list[str]:
+def _policy_checks(compilation: Compilation) -> list[tuple[str, set[str]]]:
     """Per policy with compiled checks: a CEL list of its findings (SEP-joined) over the object's
     pod specs and, on an UPDATE, the old object's (as the engine judges it for ``_forgive_preexisting``:
-    as created, validating only)."""
+    as created, validating only); and the tags its findings can have ("ME", "VW", ...)."""
     per_policy: dict[str, list[tuple[str, str]]] = {}
+    tags: dict[str, set[str]] = {}
     policies = {p.metadata.name: p for p in compilation.policies.active_policies}
     for policy, rule, cfg in _rules(compilation):
         check = CHECKS[rule]
         matcher = compilation.policies.matchers[policy.metadata.name]
         gpu = [*sorted(matcher.exact), *(p + "*" for p in matcher.prefixes)]
-        found = check.build(Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu), cfg, podspecs.is_windows("t.spec"))
+        checks = Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu)
+        found = check.build(checks, cfg, podspecs.is_windows("t.spec"))
         if found == "[]":
             continue
+        tags.setdefault(policy.metadata.name, set()).update(checks.tags)
         # (a mutation rule's checks on a built-in kind: the webhook runs it whole on others, offload.built_in)
         active = "ri == 0 && variables.mutating" if check.phase == "M" else "(ri == 0 ? variables.validating : true)"
         lifted = scope.lifted(compilation.policies.exceptions, policy.metadata.name, rule, before_name=check.phase == "M")
@@ -155,7 +160,8 @@ def _policy_checks(compilation: Compilation) -> list[str]:
         rules = " + ".join(cel.when(active, f"({found})", "[]") for active, found in parts)
         per_target = f"ts.map(t, {scope.target_applies(policy)} ? ({rules}).filter(s, s != '').join({cel.SEP_LITERAL}) : '')"
         applies = scope.policy_applies(policy, compilation.kind_keys())
-        out.append(f"variables.specs.transformList(ri, ts, {applies} ? {per_target}.filter(s, s != '').join({cel.SEP_LITERAL}) : '')")
+        out.append((f"variables.specs.transformList(ri, ts, {applies} ? {per_target}.filter(s, s != '').join({cel.SEP_LITERAL}) : '')",
+                    tags[name]))
     return out
 
 
@@ -192,6 +198,32 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
         ("audits", f"{_texts('MA')} + {_texts('VA')}"),
     ]
     return [{"name": name, "expression": expr} for name, expr in variables]
+
+
+def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int]) -> list[dict[str, str]]:
+    """The Warn policy's variables: its warnings, where the object is no UPDATE's with an old object
+    (nothing to forgive), from the policies whose findings can warn (``warning``: their indices) and not
+    from all of them; the rest only when one of those warns in the validating phase, which the engine
+    shows only where no mutating-phase finding refuses. Each policy is evaluated in an activation of its
+    own (docs/compiled-policies.md, "Cost"): computed whole, the Deny policy's findings were computed a
+    second time here."""
+    some = f"[{', '.join(f'variables.p{i}[0]' for i in warning)}].filter(s, s != '').join({cel.SEP_LITERAL})"
+    added = [
+        {"name": "warnAll", "expression": some if warning else "''"},
+        {"name": "warnFindings", "expression": f"!variables.reached || variables.warnAll == '' ? [] : variables.warnAll.split({cel.SEP_LITERAL})"},
+        {"name": "warnValidating", "expression": "variables.warnFindings.filter(f, f.startsWith('VW')).map(f, f.substring(2))"},
+    ]
+    out = []
+    for variable in variables:
+        if variable["name"] == "warnings":
+            cheap = ("(variables.warnFindings.filter(f, f.startsWith('MW')).map(f, f.substring(2)) + "
+                     "(variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0 ? variables.warnValidating : []))"
+                     f".map(w, {_shorten('w')})")
+            out += added
+            out.append({"name": "warnings", "expression": f"request.operation == 'UPDATE' && oldObject != null ? ({variable['expression']}) : ({cheap})"})
+        else:
+            out.append(variable)
+    return out
 
 
 def pod_update() -> str:
