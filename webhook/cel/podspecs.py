@@ -16,6 +16,8 @@ compiled rules read (variables of the compiled policies):
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 
 from webhook.cel import syntax as cel
@@ -237,13 +239,20 @@ def namespace_labels() -> str:
 
 
 def workload_class(entries: Sequence[tuple[schema.ClassMatch, str]], meta: str, ns_labels: str) -> str:
-    """``Classifier.classify``: the class of the first entry that matches the pod spec's metadata, "" if none."""
-    labels = cel.sub_map(meta, "labels")
-    annotations = cel.sub_map(meta, "annotations")
-    owners = f"{cel.sub_list(meta, 'ownerReferences')}.filter(r, type(r) == map && has(r.kind)).map(r, string(r.kind))"
+    """``Classifier.classify``: the class of the first entry that matches the pod spec's metadata, "" if none.
+    The labels, annotations and owner kinds are read once (bound to comprehension variables) and not
+    again by every entry that looks at them."""
+    reads = {
+        "wcLabels": cel.sub_map(meta, "labels"),
+        "wcAnnotations": cel.sub_map(meta, "annotations"),
+        "wcOwners": f"{cel.sub_list(meta, 'ownerReferences')}.filter(r, type(r) == map && has(r.kind)).map(r, string(r.kind))",
+    }
     expr = "''"
     for entry, name in reversed(entries):
-        expr = cel.when(_entry(entry, labels, annotations, owners, ns_labels), cel.quote(name), expr)
+        expr = cel.when(_entry(entry, "wcLabels", "wcAnnotations", "wcOwners", ns_labels), cel.quote(name), expr)
+    for var, value in reversed(reads.items()):
+        if re.search(rf"\b{var}\b", expr):
+            expr = f"[{value}].map({var}, {expr})[0]"
     return expr
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 #: between the findings kept in one CEL string: lists of lists cannot be flattened in
@@ -145,24 +145,53 @@ def map_at(expr: str, keys: Sequence[str]) -> tuple[str, str]:
     return every(*conditions), current
 
 
+#: a variable, or a field path from one: what costs one attribute resolution to read again
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\['(?:[^'\\]|\\.)*'\])*$")
+#: the comprehension variable :func:`once` binds an expression to
+_BOUND = "bound"
+
+
+def once(expr: str, build: Callable[[str], str]) -> str:
+    """``build(expr)`` with ``expr`` evaluated once: a path as it is (reading it again is one lookup);
+    anything else bound to a comprehension variable, ``[expr].map(bound, build(bound))[0]``. The guards
+    of :func:`value_at`, :func:`sub_map` and :func:`sub_list` name their map three times or more: nested
+    as the expression of another's map (an affinity's node affinity's required terms), each level
+    multiplied the evaluations of the levels inside it (4^depth), in kube-apiserver's every admission."""
+    if _PATH.match(expr):
+        return build(expr)
+    return f"[{expr}].map({_BOUND}, {build(_BOUND)})[0]"
+
+
 def value_at(expr: str, keys: Sequence[str], default: str) -> str:
     """The value reached from the map ``expr`` through ``keys``, or ``default`` when a step is missing."""
     if not keys:
         return expr
-    condition, parent = map_at(expr, keys[:-1])
-    return when(every(condition, has(parent, keys[-1])), field(parent, keys[-1]), default)
+
+    def build(root: str) -> str:
+        condition, parent = map_at(root, keys[:-1])
+        return when(every(condition, has(parent, keys[-1])), field(parent, keys[-1]), default)
+
+    return once(expr, build)
 
 
 def sub_map(expr: str, key: str) -> str:
     """``expr[key]`` when ``expr`` is a map holding a map there, else ``{}``."""
-    condition, value = map_at(expr, [key])
-    return when(condition, value, "{}")
+
+    def build(root: str) -> str:
+        condition, value = map_at(root, [key])
+        return when(condition, value, "{}")
+
+    return once(expr, build)
 
 
 def sub_list(expr: str, key: str) -> str:
     """``expr[key]`` when ``expr`` is a map holding a list there, else ``[]``."""
-    value = field(expr, key)
-    return when(every(is_map(expr), has(expr, key), is_list(value)), value, "[]")
+
+    def build(root: str) -> str:
+        value = field(root, key)
+        return when(every(is_map(root), has(root, key), is_list(value)), value, "[]")
+
+    return once(expr, build)
 
 
 def glob(subject: str, pattern: str) -> str:
