@@ -189,9 +189,10 @@ def security_context(cfg: SecurityContextRule) -> str:
     whole = "{" + ", ".join(f"{cel.quote(k)}: dyn({v})" for k, _, v in keys) + "}"
     kept = f"{whole}.transformMap(k, v, {_key_kept(keys)}, v)"
     at = "t.at + '/securityContext'"
-    pod_ops = (f"(size(p) == 0 ? [{kept}].map(w, size(w) > 0 ? [{add(at, 'w')}] : [])[0] : "
-               f"{kept}.transformList(k, v, k).filter(k, !(k in p) || type(p[k]) == null_type)"
-               f".map(k, {add(at + ' + ' + cel.quote('/') + ' + k', kept + '[k]')}))")
+    # (the defaults kept, worked out once: bound to K, not again for every key added)
+    pod_ops = (f"[{kept}].map(K, size(p) == 0 ? (size(K) > 0 ? [{add(at, 'K')}] : []) : "
+               f"K.transformList(k, v, k).filter(k, !(k in p) || type(p[k]) == null_type)"
+               f".map(k, {add(at + ' + ' + cel.quote('/') + ' + k', 'K[k]')}))[0]")
     pod_ops = f"[{pod}].map(p, [{explicit_root}].map(R, {pod_ops})[0])[0]"
     return cel.when(podspecs.is_windows("t.spec"), "[]", f"({pod_ops} + {_container_defaults()})")
 
