@@ -17,6 +17,7 @@ import yaml
 
 from tests.support import POLICIES, REPO
 from webhook import cli
+from webhook.cel import command, reach
 from webhook.cel import syntax as cel
 from webhook.cel.reach import BUILT_IN, Reach
 from webhook.policy import loader, offload
@@ -175,3 +176,55 @@ def test_no_finding_where_the_webhooks_would_not_be_sent() -> None:
 
         assert findings(True, "VEa finding") == ["VEa finding"]
         assert findings(False, "VEa finding") == []
+
+
+def test_a_nested_read_grows_with_its_depth_not_exponentially() -> None:
+    """``syntax.once``: a map read from a map read from a map names each level once (bound to a
+    comprehension variable where it is no path). Before, each level named the one inside it three
+    times or more, and kube-apiserver evaluated the innermost 4^depth times per admission."""
+    sizes = []
+    expr = "t.spec"
+    for key in ("aa", "bb", "cc", "dd", "ee", "ff"):
+        expr = cel.sub_map(expr, key)
+        sizes.append(len(expr))
+        assert expr.count("has(t.spec.aa)") == 1, expr  # the first level's guard, once
+    steps = [b - a for a, b in zip(sizes[1:], sizes[2:])]
+    assert max(steps) == min(steps), sizes  # a level adds the same, whatever is inside it (was 4x the level inside)
+    # a path is read as it is: nothing bound
+    assert cel.sub_map("t.spec", "affinity") == "(((type(t.spec) == map) && (has(t.spec.affinity)) && (type(t.spec.affinity) == map)) ? t.spec.affinity : {})"
+
+
+def test_the_warn_policy_computes_only_the_findings_that_can_warn() -> None:
+    """The Warn policy's warnings of a CREATE come from the policies whose findings can warn; the
+    others' (enforce only) are computed only when a validating-phase warning needs to know whether a
+    mutating-phase finding refuses, or on an UPDATE (webhook.cel.validating._warn_variables)."""
+    text = (POLICIES / "workload-kinds.yaml").read_text() + """
+---
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: strict}
+spec:
+  rules:
+    securityContext: {mode: enforce, level: enforce}
+---
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: shapes}
+spec:
+  rules:
+    resourceShape: {mode: warn, migProfiles: [1g.10gb]}
+"""
+    mutating, validating = reach.read(WEBHOOKS)
+    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["validating-policies.yaml"])
+            if d and d["kind"] == "ValidatingAdmissionPolicy"}
+    deny = {v["name"]: v["expression"] for v in docs["gpu-admission"]["spec"]["variables"]}
+    warn = {v["name"]: v["expression"] for v in docs["gpu-admission-warn"]["spec"]["variables"]}
+    checks = sorted(name for name in deny if name[0] == "p" and name[1:].isdigit())
+    assert len(checks) == 2, checks
+    assert "variables.all" in deny["findings"] and "warnAll" not in deny  # the Deny policy: every finding
+    warning = [name for name in checks if f"variables.{name}[0]" in warn["warnAll"]]
+    assert len(warning) == 1 and "'VW[shapes/resourceShape] '" in warn[warning[0]], warn["warnAll"]
+    # the rest only behind an UPDATE, or a validating-phase warning that needs denyMutate
+    assert warn["warnings"].startswith("request.operation == 'UPDATE' && oldObject != null ? ")
+    assert "variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0" in warn["warnings"]
