@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from webhook.cel import podspecs
 from webhook.cel import syntax as cel
 from webhook.gpu import mig
 from webhook.gpu.resources import ResourceMatcher
@@ -60,7 +61,7 @@ def where(container: str | None = None, field: str = "") -> str:
     """``RuleContext.where``: ``Pod ml/x spec.template container "c" (resources.limits)``."""
     text = "variables.subject + t.where"
     if container is not None:
-        text += f" + ' ' + {container}.label"
+        text += f" + ' ' + {podspecs.container_label(container)}"
     if field:
         text += f" + {cel.quote(f' ({field})')}"
     return text
@@ -214,7 +215,7 @@ def _mig(checks: Checks, cfg: ResourceShapeRule) -> str:
 
 def _init_only(checks: Checks, cfg: ResourceShapeRule) -> str:
     holders = f"t.cs.filter(c, c.gpus.exists(n, {checks.is_gpu('n')}))"
-    message = (f"{where()} + ': only init containers request GPUs (' + {holders}.map(c, c.label).join(', ') + "
+    message = (f"{where()} + ': only init containers request GPUs (' + {holders}.map(c, {podspecs.container_label('c')}).join(', ') + "
                "'); the pod holds them while its app containers run without any: request GPUs in the app containers that use them'")
     found = checks.by_severity(cfg.initOnly, message)
     return cel.when(f"{holders}.size() > 0 && {holders}.all(c, c.list == 'initContainers')", found, "[]")

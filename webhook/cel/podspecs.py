@@ -9,8 +9,8 @@ compiled rules read (variables of the compiled policies):
   metadata (``{}`` for a bare pod spec), how messages place it (``' spec.template'``, ``''`` for
   a Pod), its JSON pointer, its containers, whether it asks for a GPU (any policy's), and its
   workload class;
-- a **container** is ``{'c', 'list', 'i', 'label', 'lim', 'req', 'names', 'gpus'}``: the container,
-  its list and index, ``container "x"`` or ``init container "x"``, its limits and requests (maps),
+- a **container** is ``{'c', 'list', 'i', 'lim', 'req', 'names', 'gpus'}``: the container,
+  its list and index (``container_label`` makes ``container "x"`` of them), its limits and requests (maps),
   the resource names of both, and the GPU names it holds (more than zero of).
 """
 
@@ -163,16 +163,21 @@ def containers(spec: str, any_gpu: Sequence[str]) -> str:
     each with its limits and requests, their resource names and the GPUs it holds (by ``any_gpu``)."""
     parts = []
     for list_name in resources.CONTAINER_LISTS:
-        label = "init container" if list_name == "initContainers" else "container"
-        name = "(has(c.name) && type(c.name) == string ? c.name : '#' + string(i))"
         names = "l.map(n, n).filter(n, type(n) == string) + r.map(n, n).filter(n, type(n) == string && !(n in l))"
         gpus = f"N.filter(n, {cel.matcher('n', any_gpu)} && {held('n')})"
-        record = cel.record(c="c", list=cel.quote(list_name), i="i", label=f"'{label} \"' + {name} + '\"'",
-                            lim="l", req="r", names="N", gpus=gpus)
+        record = cel.record(c="c", list=cel.quote(list_name), i="i", lim="l", req="r", names="N", gpus=gpus)
         # (each of the container's maps read once: [x].map(v, …)[0] binds v to x)
         built = f"[{_resource_map('c', 'limits')}].map(l, [{_resource_map('c', 'requests')}].map(r, [{names}].map(N, {record})[0])[0])[0]"
         parts.append(f"{cel.sub_list(spec, list_name)}.transformList(i, c, type(c) == map, {built})")
     return " + ".join(parts)
+
+
+def container_label(record: str) -> str:
+    """A container record's label for messages, ``container "c"`` (``init container "c"`` of the init
+    containers; ``#<index>`` for a container without a name): worked out where a message needs it,
+    not for every container of every pod spec each policy reads."""
+    name = f"(has({record}.c.name) && type({record}.c.name) == string ? {record}.c.name : '#' + string({record}.i))"
+    return f"({record}.list == 'initContainers' ? 'init container \"' : 'container \"') + {name} + '\"'"
 
 
 def _resource_map(container: str, field: str) -> str:
