@@ -63,7 +63,7 @@ def _review() -> review.Review:
 
 
 def test_a_parsed_request_is_the_request_its_fields_make() -> None:
-    """The server builds Requests without their dataclass __init__ (new_request): the same object."""
+    """The server builds Requests without their dataclass __init__ (review._request): the same object."""
     parsed = _review()
     expected = Request(operation="CREATE", group="", version="v1", kind="Pod", namespace="ml", name="train",
                        object={"kind": "Pod"})

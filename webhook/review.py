@@ -7,7 +7,6 @@ into the response kube-apiserver expects (FACTS.md §6).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple, TypedDict
 
 import orjson
@@ -16,7 +15,7 @@ import pybase64
 from webhook.errors import ReviewError
 from webhook.kube import value_text
 from webhook.policy.decision import Decision
-from webhook.policy.request import Request, new_request
+from webhook.policy.request import Request
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -66,6 +65,8 @@ class Review(NamedTuple):
 
 
 _new_review = tuple.__new__
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 
 def parse_review(body: bytes | str) -> Review:
@@ -89,14 +90,16 @@ def parse_review(body: bytes | str) -> Review:
     return _new_review(Review, (api_version, _uid(req), _request(req)))
 
 
-def _uid(req: Mapping[str, Any]) -> str:
+def _uid(req: dict[str, Any]) -> str:
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid is missing or not a string")
     return uid
 
 
-def _request(req: Mapping[str, Any]) -> Request:
+def _request(req: dict[str, Any]) -> Request:
+    """The engine's request (``req``: a dict, as parsed JSON is: compiled, its ``.get`` is a direct call
+    where a ``Mapping``'s is a generic method lookup)."""
     kind = req.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not kind["kind"]:
         raise ReviewError("request.kind must be an object with group, version and kind")
@@ -108,17 +111,24 @@ def _request(req: Mapping[str, Any]) -> Request:
         raise ReviewError(f"request.object must be an object on {operation}")
     if operation == "UPDATE" and not isinstance(old, dict):
         raise ReviewError("request.oldObject must be an object on UPDATE")
-    for name in ("namespace", "name", "subResource"):
-        if req.get(name) is not None and not isinstance(req.get(name), str):
-            raise ReviewError(f"request.{name} must be a string")
-    return new_request(
-        operation, value_text.text(kind.get("group") or ""), value_text.text(kind.get("version") or ""), kind["kind"],
-        req.get("namespace") or "", req.get("name") or "", obj if isinstance(obj, dict) else None,
-        old if isinstance(old, dict) else None, req.get("subResource") or "", bool(req.get("dryRun")), _username(req),
-    )
+    namespace, name, sub_resource = req.get("namespace"), req.get("name"), req.get("subResource")
+    for field, value in (("namespace", namespace), ("name", name), ("subResource", sub_resource)):
+        if value is not None and not isinstance(value, str):
+            raise ReviewError(f"request.{field} must be a string")
+    # a frozen dataclass's own __init__ pays an object.__setattr__ call per field: its instance's fields
+    # are given at once instead, as one dict (the same object: equal to the one __init__ builds)
+    request = _new_object(Request)
+    _set_attribute(request, "__dict__", {
+        "operation": operation, "group": value_text.text(kind.get("group") or ""),
+        "version": value_text.text(kind.get("version") or ""), "kind": kind["kind"],
+        "namespace": namespace or "", "name": name or "",
+        "object": obj if isinstance(obj, dict) else None, "old_object": old if isinstance(old, dict) else None,
+        "sub_resource": sub_resource or "", "dry_run": bool(req.get("dryRun")), "user": _username(req),
+    })
+    return request
 
 
-def _username(req: Mapping[str, Any]) -> str:
+def _username(req: dict[str, Any]) -> str:
     """``userInfo.username``, "" when absent or not a string."""
     info = req.get("userInfo")
     name = info.get("username") if isinstance(info, dict) else None
@@ -176,8 +186,11 @@ def encode(payload: object) -> bytes:
 
 def limit_warnings(warnings: Any) -> list[str]:
     """Each warning within 256 characters, all of them within 4096, as kube-apiserver keeps them."""
-    if type(warnings) is tuple and len(warnings) == 1:  # (nearly every answer that warns: one line, within the total)
-        return [_normalized(warnings[0])]
+    if type(warnings) is tuple:  # (what decisions hold)
+        if not warnings:  # (nearly every answer)
+            return []
+        if len(warnings) == 1:  # (nearly every answer that warns: one line, within the total)
+            return [_normalized(warnings[0])]
     kept: list[str] = []
     total = 0
     for text in dict.fromkeys(warnings):

@@ -17,6 +17,24 @@ def split_pointer(path: str) -> tuple[str, ...]:
     return tuple(p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/"))
 
 
+@dataclass(frozen=True)
+class PodTarget:
+    """One pod spec inside an object: where its spec and metadata are."""
+
+    spec_path: tuple[str | int, ...]
+    meta_path: tuple[str | int, ...] | None
+
+    @property
+    def is_pod(self) -> bool:
+        return self.spec_path == ("spec",) and self.meta_path == ("metadata",)
+
+    def where(self) -> str:
+        """Where the spec is, for messages: "" for a pod, else e.g. "spec.template"."""
+        if self.is_pod:
+            return ""
+        return field_path(self.spec_path[:-1] if self.meta_path is not None else self.spec_path)
+
+
 @dataclass(frozen=True, eq=False)
 class KindPaths:
     """The pod templates (metadata + spec) and bare pod specs of one kind.
@@ -34,11 +52,26 @@ class KindPaths:
     template_patterns: tuple[tuple[str, ...], ...] = field(init=False, repr=False)
     pod_spec_patterns: tuple[tuple[str, ...], ...] = field(init=False, repr=False)
     is_pod: bool = field(init=False, repr=False)  # the pod spec at /spec, no templates: a Pod
+    #: per template pattern and per pod spec pattern, in order: the PodTarget it names when it is a plain
+    #: path (no ``*``, no index: what a built-in kind has), found with one lookup; None: expanded
+    template_targets: tuple[PodTarget | None, ...] = field(init=False, repr=False)
+    pod_spec_targets: tuple[PodTarget | None, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "template_patterns", tuple(split_pointer(t) for t in self.templates))
-        object.__setattr__(self, "pod_spec_patterns", tuple(split_pointer(t) for t in self.pod_specs))
-        object.__setattr__(self, "is_pod", self.pod_spec_patterns == (("spec",),) and not self.templates)
+        templates = tuple(split_pointer(t) for t in self.templates)
+        pod_specs = tuple(split_pointer(t) for t in self.pod_specs)
+        object.__setattr__(self, "template_patterns", templates)
+        object.__setattr__(self, "pod_spec_patterns", pod_specs)
+        object.__setattr__(self, "is_pod", pod_specs == (("spec",),) and not self.templates)
+        object.__setattr__(self, "template_targets", tuple(
+            PodTarget((*p, "spec"), (*p, "metadata")) if _plain(p) else None for p in templates))
+        object.__setattr__(self, "pod_spec_targets", tuple(
+            PodTarget(p, ("metadata",) if p == ("spec",) else None) if _plain(p) else None for p in pod_specs))
+
+
+def _plain(pattern: tuple[str, ...]) -> bool:
+    """A pattern that names one path: no ``*``, no key that ``expand`` reads as a list index."""
+    return all(key != "*" and not key.isdigit() for key in pattern)
 
 
 #: Kinds Kubernetes itself defines; custom resources come from GPUWorkloadKind policies.
@@ -53,24 +86,6 @@ BUILTIN_KINDS: tuple[KindPaths, ...] = (
     KindPaths("batch", "Job", templates=("/spec/template",)),
     KindPaths("batch", "CronJob", templates=("/spec/jobTemplate/spec/template",)),
 )
-
-
-@dataclass(frozen=True)
-class PodTarget:
-    """One pod spec inside an object: where its spec and metadata are."""
-
-    spec_path: tuple[str | int, ...]
-    meta_path: tuple[str | int, ...] | None
-
-    @property
-    def is_pod(self) -> bool:
-        return self.spec_path == ("spec",) and self.meta_path == ("metadata",)
-
-    def where(self) -> str:
-        """Where the spec is, for messages: "" for a pod, else e.g. "spec.template"."""
-        if self.is_pod:
-            return ""
-        return field_path(self.spec_path[:-1] if self.meta_path is not None else self.spec_path)
 
 
 def field_path(path: tuple[str | int, ...]) -> str:
@@ -111,11 +126,19 @@ def pod_targets(obj: Mapping[str, Any], paths: KindPaths) -> list[PodTarget]:
         if type(as_dict(obj).get("spec")) is dict:
             found.append(_POD)
         return found
-    for pattern in paths.template_patterns:
+    for pattern, target in zip(paths.template_patterns, paths.template_targets):
+        if target is not None:  # (a plain path: the one expand would give, if its spec is there)
+            if isinstance(lookup(obj, target.spec_path), dict):
+                found.append(target)
+            continue
         for path in expand(obj, pattern):
             if isinstance(lookup(obj, (*path, "spec")), dict):
                 found.append(PodTarget((*path, "spec"), (*path, "metadata")))
-    for pattern in paths.pod_spec_patterns:
+    for pattern, target in zip(paths.pod_spec_patterns, paths.pod_spec_targets):
+        if target is not None:
+            if isinstance(lookup(obj, target.spec_path), dict):
+                found.append(target)
+            continue
         for path in expand(obj, pattern):
             if isinstance(lookup(obj, path), dict):
                 meta = ("metadata",) if path == ("spec",) else None
