@@ -110,10 +110,10 @@ def test_the_trimmer_trims_once_after_each_burst_and_never_under_load() -> None:
 
 
 def test_glibc_malloc_trim_is_found_and_returns_free_pages() -> None:
-    """On the image's C library (glibc, python:3.11-slim) the trimmer has its function, and it does hand
+    """On the image's C library (glibc, python:3.11-slim) the trimmer finds its function, and it does hand
     back what the heap freed."""
     trim = memory._malloc_trim()
-    assert trim is not None and memory.Trimmer(lambda: 0).available
+    assert trim is not None
     kept, freed = [], []
     for _ in range(2000):  # 20 KB blocks (the C allocator's, not Python's small-object arenas) between others
         kept.append(bytes(700))

@@ -49,10 +49,6 @@ class Trimmer:
         self._busy = False
         self.trims = 0
 
-    @property
-    def available(self) -> bool:
-        return self._trim is not None
-
     def look(self) -> None:
         now = self._taken()
         if now != self._seen:
