@@ -16,7 +16,13 @@ installs it) for what one admission costs in-process, per payload of
   body parsed with ``json.loads``, the "allowed" answer dumped.
 
 TLS, HTTP and the event loop (the same for both servers, and most of a
-request's cost) are not in it. Each count is the difference of two runs of
+request's cost) are not in it; ``--server`` counts them too: each server
+(`serve` as `make bench-server` starts it, and the orjson floor) runs
+under callgrind, h2load sends it the review (20 connections), and the
+count of the server's whole process over those requests, warm-up left out
+(callgrind_control zeroes it, then dumps it), is divided by their number.
+What the two servers do around an admission is then in the difference, to
+the last instruction of TLS, HTTP, the event loop and the log writer. Each count is the difference of two runs of
 the same loop, ``--small`` and ``--large`` admissions long, divided by the
 difference: start-up and imports cancel out (each run with the same hash
 seed, and no garbage collection during the loop). Instructions are not time
@@ -25,6 +31,7 @@ than a loop's), but a change that removes instructions from the hot path
 shows here to the last one; `make bench-server` says what it is worth.
 
     make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD --log-level WARNING]
+    python bench/instructions.py --server [--requests N --only PAYLOAD]   # the whole server per request (also h2load)
 """
 
 from __future__ import annotations
@@ -102,6 +109,56 @@ def instructions(side: str, file: Path, admissions: int, level: str) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+def per_request(command: list[str], port: int, file: Path, requests: int, out: Path) -> float:
+    """Instructions a whole server process (``command``, listening on ``port``) executes per request of
+    ``requests`` for the review in ``file``, warmed up first (run under callgrind)."""
+    from bench.server import _wait_ready, h2load
+
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    try:
+        _wait_ready(port, server)
+        h2load(port, file, 200, out.with_suffix(".log"))  # warm: caches, the allocator's pools
+        subprocess.run(["callgrind_control", "--zero", str(server.pid)], check=True, capture_output=True)
+        h2load(port, file, requests, out.with_suffix(".log"))
+        subprocess.run(["callgrind_control", "--dump", str(server.pid)], check=True, capture_output=True)
+    finally:
+        server.terminate()
+        server.wait(60)
+    dumped = Path(f"{out}.1")  # (the first dump after the zeroing)
+    found = re.search(r"^summary: (\d+)$", dumped.read_text(), re.M)
+    if found is None:
+        raise SystemExit(f"no instruction count in {dumped}")
+    return int(found.group(1)) / requests
+
+
+def servers(tmp: Path, requests: int, only: str | None) -> None:
+    """``--server``: ours and the orjson floor, whole processes, per request."""
+    from tests.support import free_ports
+
+    gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
+    subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
+                   check=True, capture_output=True)
+    cert, key = str(tmp / "tls.crt"), str(tmp / "tls.key")
+    print(f"{'payload':18} {'bytes':>7} {'ours':>12} {'floor':>12} {'ratio':>6}   (instructions per request, whole server)")
+    for n, (case, review) in enumerate(payloads().items()):
+        if only and case != only:
+            continue
+        file = tmp / f"{n}.json"
+        file.write_text(json.dumps(review))
+        ours_port, floor_port = free_ports(2)
+        ours = per_request([gpu_admission, "serve", "--no-cluster", "--policies", str(REPO / "policies"), "--host",
+                            "127.0.0.1", "--port", str(ours_port), "--tls-cert", cert, "--tls-key", key],
+                           ours_port, file, requests, tmp / f"ours-{n}.out")
+        floor = per_request([sys.executable, str(REPO / "bench" / "server.py"), "--null-webhook", str(floor_port), cert,
+                             key, "auto", "orjson"], floor_port, file, requests, tmp / f"floor-{n}.out")
+        print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {floor:12,.0f} {floor / ours:5.2f}x")
+    print(f"{requests} requests per count (20 connections, after 200 to warm up); ratio: floor / ours, as "
+          f"make bench-server's; log level INFO; policy core: {compiled.policy_core()}")
+
+
 def per_admission(side: str, file: Path, small: int, large: int, level: str) -> float:
     return (instructions(side, file, large, level) - instructions(side, file, small, level)) / (large - small)
 
@@ -112,6 +169,8 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=250)
     parser.add_argument("--only", help="one payload (e.g. 'training pod')")
     parser.add_argument("--log-level", default="INFO", choices=["INFO", "WARNING"], help="ours: INFO (the default) or WARNING")
+    parser.add_argument("--server", action="store_true", help="whole servers per request, ours and the orjson floor")
+    parser.add_argument("--requests", type=int, default=2000, help="--server: requests per count")
     parser.add_argument("--loop", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
@@ -119,6 +178,12 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: apt-get install valgrind (make bench-instructions does it)")
+    if args.server:
+        if shutil.which("h2load") is None:
+            raise SystemExit("h2load not found: apt-get install nghttp2-client (make bench-server does it)")
+        with tempfile.TemporaryDirectory() as tmp:
+            servers(Path(tmp), args.requests, args.only)
+        return
     if not args.small < args.large:
         raise SystemExit("--small must be below --large")
     print(f"{'payload':18} {'bytes':>7} {'ours':>12} {'null':>12} {'ratio':>6}   (instructions per admission)")

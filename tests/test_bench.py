@@ -143,3 +143,20 @@ def test_bench_report_writes_reports_from_the_fake_and_prints_time_and_memory() 
     written = re.search(r"^report: (\d+) PolicyReport\(s\) written \((\d+) objects;", out, re.M)
     assert written and int(written.group(1)) > 0 and int(written.group(2)) > 0, out
     assert re.search(r"^ratio report / audit: wall [\d.]+x, CPU [\d.]+x, peak RSS [\d.]+x$", out, re.M), out
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("h2load") is None,
+                    reason="valgrind and h2load are installed by make bench-instructions and make bench-server")
+def test_bench_instructions_counts_whole_servers_per_request() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/instructions.py", "--server", "--only", "pod without GPU", "--requests", "40"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, check=True,
+    )
+    found = re.search(r"^pod without GPU +\d+ +([\d,]+) +([\d,]+) +([\d.]+)x$", result.stdout, re.M)
+    assert found, result.stdout
+    ours, floor = (int(found.group(i).replace(",", "")) for i in (1, 2))
+    # a request over TLS costs each server hundreds of thousands of instructions; ours parses as the floor
+    # does, then evaluates: more, whichever policy core runs
+    assert floor > 100_000 and ours > floor, result.stdout
+    assert abs(floor / ours - float(found.group(3))) < 0.011, result.stdout
+    assert re.search(r"^40 requests per count .*policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout
