@@ -8,6 +8,7 @@ tests/e2e/test_compiled_equivalence.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,36 @@ spec:
     # the rest only behind an UPDATE, or a validating-phase warning that needs denyMutate
     assert warn["warnings"].startswith("request.operation == 'UPDATE' && oldObject != null ? ")
     assert "variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0" in warn["warnings"]
+
+
+def _warn_variables(text: str) -> dict[str, str]:
+    mutating, validating = reach.read(WEBHOOKS)
+    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
+    warn = next(d for d in yaml.safe_load_all(files["validating-policies.yaml"])
+                if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpu-admission-warn")
+    return {v["name"]: v["expression"] for v in warn["spec"]["variables"]}
+
+
+def test_the_warn_policy_looks_for_what_can_warn_before_computing_any_finding() -> None:
+    """Of the shipped rules only resourceShape's findings can warn, and only some of them (a sharing scheme,
+    a MIG profile of unknown form, GPUs in init containers only): a CREATE's warnings are computed only where
+    the raw pod specs have what those need (``warnPossible``), so a pod asking for whole GPUs costs the Warn
+    policy no pod spec record and no check (webhook.cel.validating._warn_guard)."""
+    shipped = "\n---\n".join(p.read_text() for p in sorted(POLICIES.glob("*.yaml")))
+    warn = _warn_variables(shipped)
+    guard = warn["warnPossible"]
+    assert not re.search(r"variables\.(p\d|specs|warn|findings|all)", guard), guard  # (podSpecPaths: where pod specs are)
+    init_only = "t.spec.initContainers : []).size() > 0"
+    for needed in ("'nvidia.com/gpumem'", "n.startsWith('nvidia.com/mig-')", "'gpu-fraction' in", init_only):
+        assert needed in guard, needed
+    create = warn["warnings"].split(" : (", 1)[1]
+    assert create.startswith("!variables.warnPossible ? [] : "), create
+    # settings that make none of them warn leave only the MIG profile's form, which always may
+    quiet = shipped.replace("initOnly: warn ", "initOnly: allow ").replace("otherwise: warn", "otherwise: deny")
+    assert "initOnly: allow" in quiet and "otherwise: deny" in quiet
+    guard = _warn_variables(quiet)["warnPossible"]
+    assert "n.startsWith('nvidia.com/mig-')" in guard and init_only not in guard and "gpu-fraction" not in guard
+    assert "'nvidia.com/gpumem'" not in guard, guard
+    # a rule in warn mode warns with every finding: no guard
+    loud = shipped.replace("mode: enforce\n      initOnly", "mode: warn\n      initOnly")
+    assert loud != shipped and "warnPossible" not in _warn_variables(loud)

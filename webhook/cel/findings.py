@@ -18,7 +18,7 @@ from typing import Any
 from webhook.cel import podspecs
 from webhook.cel import syntax as cel
 from webhook.gpu import mig
-from webhook.gpu.resources import ResourceMatcher
+from webhook.gpu.resources import CONTAINER_LISTS, ResourceMatcher
 from webhook.policy import severity
 from webhook.policy.settings.base import Mode
 from webhook.policy.settings.mutation import (
@@ -139,6 +139,35 @@ def resource_shape(checks: Checks, cfg: ResourceShapeRule) -> str:
     if cfg.maxPerPod is not None:
         found.append(_max_per_pod(checks, cfg))
     return " + ".join(found)
+
+
+def resource_shape_warns(mode: Mode, cfg: ResourceShapeRule, spec: str, meta: str) -> str:
+    """A condition that holds wherever ``resource_shape`` finds a warning on the pod spec ``spec``
+    (metadata ``meta``), and more often: its warnings come from a few of its checks only (a sharing
+    scheme not allowed, a MIG profile of unknown form, GPUs in init containers only, as the settings
+    make them warn), which need a resource name, an annotation or an init container that few pods
+    have. Read from the raw pod spec, it costs a fraction of the findings: the Warn policy looks at it
+    before computing them (docs/compiled-policies.md, "Cost")."""
+    if severity.mode_of(mode, "deny") == "warn":  # a rule in warn mode: every finding warns
+        return "true"
+    schemes = cfg.sharingSchemes
+    scheme_warns = severity.mode_of(mode, schemes.otherwise) == "warn"
+    names = [cel.matcher("n", schemes.resources)] if scheme_warns else []
+    if severity.mode_of(mode, "warn") == "warn":  # (_mig: a profile of unknown form)
+        names.append(f"n.startsWith({cel.quote(mig.MIG_PREFIX)})")
+    found = []
+    names = [n for n in names if n != "false"]
+    if names:
+        named = " || ".join(names)
+        maps = [cel.when(*cel.map_at("c", ["resources", field]), "{}") for field in ("limits", "requests")]
+        held = " || ".join(f"{m}.exists(n, type(n) == string && ({named}))" for m in maps)
+        found += [f"{cel.sub_list(spec, name)}.exists(c, type(c) == map && ({held}))" for name in CONTAINER_LISTS]
+    if scheme_warns and schemes.annotations:
+        annotations = cel.sub_map(meta, "annotations")
+        found.append(cel.some(*(f"{cel.quote(key)} in {annotations}" for key in schemes.annotations)))
+    if severity.mode_of(mode, cfg.initOnly) == "warn":
+        found.append(f"{cel.sub_list(spec, 'initContainers')}.size() > 0")
+    return cel.some(*found) if found else "false"
 
 
 def _held() -> str:

@@ -103,7 +103,8 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicies and their bindings (none when nothing compiled checks anything).
     Every validation reads the findings, which are none where the webhook's matchConditions
     (variable ``reached``) would not send the request."""
-    built = _policy_checks(compilation)
+    rules = _built(compilation)
+    built = _policy_checks(compilation, rules)
     if not built:
         return []
     checks = [expr for expr, _ in built]
@@ -113,7 +114,7 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
         _validation("variables.denyMutate"), _validation("variables.denyValidate"),
     ])
     warning = [i for i, (_, tags) in enumerate(built) if tags & {"MW", "VW"}]
-    docs += _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning), [
+    docs += _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning, _warn_guard(compilation, rules)), [
         {"expression": f"variables.warnings.size() <= {i}", "messageExpression": f"variables.warnings[{i}]"}
         for i in range(WARNING_SLOTS)
     ])
@@ -134,19 +135,45 @@ def _rules(compilation: Compilation) -> list[tuple[Any, str, Any]]:
     return found
 
 
-def _policy_checks(compilation: Compilation) -> list[tuple[str, set[str]]]:
+def _built(compilation: Compilation) -> list[tuple[Any, str, Any, Checks, str]]:
+    """(policy, rule, settings, its Checks, its findings' CEL) of every compiled rule with checks, in
+    the engine's order (the Checks say which tags its findings can have)."""
+    found = []
+    for policy, rule, cfg in _rules(compilation):
+        check = CHECKS[rule]
+        matcher = compilation.policies.matchers[policy.metadata.name]
+        gpu = [*sorted(matcher.exact), *(p + "*" for p in matcher.prefixes)]
+        checks = Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu)
+        found.append((policy, rule, cfg, checks, check.build(checks, cfg, podspecs.is_windows("t.spec"))))
+    return found
+
+
+def _warn_guard(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> str:
+    """A condition on the object that holds wherever a compiled rule finds a warning on it (and more
+    often): the rules whose findings can warn say where theirs can (``findings.resource_shape_warns``;
+    another rule that can warn makes it "true"), over the object's raw pod specs, every one of them."""
+    per_target = []
+    for _, rule, cfg, checks, found in built:
+        if found == "[]" or not checks.tags & {"MW", "VW"}:
+            continue
+        if rule != "resourceShape":
+            return "true"
+        per_target.append(findings.resource_shape_warns(cfg.mode, cfg, "t.spec", "t.meta"))
+    condition = cel.some(*per_target)
+    if condition in ("true", "false"):
+        return condition
+    return f"({podspecs.raw_targets('object', compilation.kinds)}).exists(t, {condition})"
+
+
+def _policy_checks(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> list[tuple[str, set[str]]]:
     """Per policy with compiled checks: a CEL list of its findings (SEP-joined) over the object's
     pod specs and, on an UPDATE, the old object's (as the engine judges it for ``_forgive_preexisting``:
     as created, validating only); and the tags its findings can have ("ME", "VW", ...)."""
     per_policy: dict[str, list[tuple[str, str]]] = {}
     tags: dict[str, set[str]] = {}
     policies = {p.metadata.name: p for p in compilation.policies.active_policies}
-    for policy, rule, cfg in _rules(compilation):
+    for policy, rule, cfg, checks, found in built:
         check = CHECKS[rule]
-        matcher = compilation.policies.matchers[policy.metadata.name]
-        gpu = [*sorted(matcher.exact), *(p + "*" for p in matcher.prefixes)]
-        checks = Checks(policy.metadata.name, rule, cfg.mode, check.phase, gpu)
-        found = check.build(checks, cfg, podspecs.is_windows("t.spec"))
         if found == "[]":
             continue
         tags.setdefault(policy.metadata.name, set()).update(checks.tags)
@@ -200,13 +227,14 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     return [{"name": name, "expression": expr} for name, expr in variables]
 
 
-def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int]) -> list[dict[str, str]]:
+def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int], guard: str = "true") -> list[dict[str, str]]:
     """The Warn policy's variables: its warnings, where the object is no UPDATE's with an old object
-    (nothing to forgive), from the policies whose findings can warn (``warning``: their indices) and not
-    from all of them; the rest only when one of those warns in the validating phase, which the engine
-    shows only where no mutating-phase finding refuses. Each policy is evaluated in an activation of its
-    own (docs/compiled-policies.md, "Cost"): computed whole, the Deny policy's findings were computed a
-    second time here."""
+    (nothing to forgive), none where ``guard`` (``_warn_guard``) does not hold, else from the policies
+    whose findings can warn (``warning``: their indices) and not from all of them; the rest only when one
+    of those warns in the validating phase, which the engine shows only where no mutating-phase finding
+    refuses. Each policy is evaluated in an activation of its own (docs/compiled-policies.md, "Cost"):
+    computed whole, the Deny policy's findings were computed a second time here; behind the guard, most
+    GPU pods (whole GPUs through the device plugin) cost it no pod spec record and no check."""
     some = f"[{', '.join(f'variables.p{i}[0]' for i in warning)}].filter(s, s != '').join({cel.SEP_LITERAL})"
     added = [
         {"name": "warnAll", "expression": some if warning else "''"},
@@ -219,6 +247,9 @@ def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int]) -> 
             cheap = ("(variables.warnFindings.filter(f, f.startsWith('MW')).map(f, f.substring(2)) + "
                      "(variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0 ? variables.warnValidating : []))"
                      f".map(w, {_shorten('w')})")
+            if guard != "true":
+                added = [{"name": "warnPossible", "expression": guard}, *added]
+                cheap = f"!variables.warnPossible ? [] : {cheap}" if guard != "false" else "[]"
             out += added
             out.append({"name": "warnings", "expression": f"request.operation == 'UPDATE' && oldObject != null ? ({variable['expression']}) : ({cheap})"})
         else:
