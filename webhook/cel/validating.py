@@ -114,10 +114,15 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
         _validation("variables.denyMutate"), _validation("variables.denyValidate"),
     ])
     warning = [i for i, (_, tags) in enumerate(built) if tags & {"MW", "VW"}]
-    docs += _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning, _warn_guard(compilation, rules)), [
+    warn = _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning), [
         {"expression": f"variables.warnings.size() <= {i}", "messageExpression": f"variables.warnings[{i}]"}
         for i in range(WARNING_SLOTS)
     ])
+    guard = _warn_guard(compilation, rules)
+    if guard != "true":  # (a matchCondition reads no variable: the kinds' pod spec paths written in)
+        condition = cel.some("request.operation == 'UPDATE' && oldObject != null", guard)
+        warn[0]["spec"].setdefault("matchConditions", []).append({"name": "may-warn", "expression": condition})
+    docs += warn
     if "audit" in modes:
         docs += _policy(f"{NAME}-audit", "Audit", reach, variables, [
             {"expression": "variables.audits.size() == 0", "messageExpression": f"variables.audits.join({cel.quote(DENIAL_SEPARATOR)})"},
@@ -151,7 +156,10 @@ def _built(compilation: Compilation) -> list[tuple[Any, str, Any, Checks, str]]:
 def _warn_guard(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> str:
     """A condition on the object that holds wherever a compiled rule finds a warning on it (and more
     often): the rules whose findings can warn say where theirs can (``findings.resource_shape_warns``;
-    another rule that can warn makes it "true"), over the object's raw pod specs, every one of them."""
+    another rule that can warn makes it "true"), over the object's raw pod specs, every one of them.
+    The Warn policy's matchCondition (with an UPDATE's, which may forgive a refusal with a warning): where
+    it does not hold, kube-apiserver skips the policy, its variables and its validations, so a pod asking
+    for whole GPUs costs it no pod spec record, no check and none of its warning slots."""
     per_target = []
     for _, rule, cfg, checks, found in built:
         if found == "[]" or not checks.tags & {"MW", "VW"}:
@@ -162,7 +170,8 @@ def _warn_guard(compilation: Compilation, built: list[tuple[Any, str, Any, Check
     condition = cel.some(*per_target)
     if condition in ("true", "false"):
         return condition
-    return f"({podspecs.raw_targets('object', compilation.kinds)}).exists(t, {condition})"
+    table = f"({podspecs.patterns(podspecs.starred(compilation.kinds))})"
+    return f"({podspecs.raw_targets('object', compilation.kinds, table)}).exists(t, {condition})"
 
 
 def _policy_checks(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> list[tuple[str, set[str]]]:
@@ -227,14 +236,13 @@ def _variables(compilation: Compilation, checks: Sequence[str]) -> list[dict[str
     return [{"name": name, "expression": expr} for name, expr in variables]
 
 
-def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int], guard: str = "true") -> list[dict[str, str]]:
+def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int]) -> list[dict[str, str]]:
     """The Warn policy's variables: its warnings, where the object is no UPDATE's with an old object
-    (nothing to forgive), none where ``guard`` (``_warn_guard``) does not hold, else from the policies
-    whose findings can warn (``warning``: their indices) and not from all of them; the rest only when one
-    of those warns in the validating phase, which the engine shows only where no mutating-phase finding
-    refuses. Each policy is evaluated in an activation of its own (docs/compiled-policies.md, "Cost"):
-    computed whole, the Deny policy's findings were computed a second time here; behind the guard, most
-    GPU pods (whole GPUs through the device plugin) cost it no pod spec record and no check."""
+    (nothing to forgive), from the policies whose findings can warn (``warning``: their indices) and not
+    from all of them; the rest only when one of those warns in the validating phase, which the engine
+    shows only where no mutating-phase finding refuses. Each policy is evaluated in an activation of its
+    own (docs/compiled-policies.md, "Cost"): computed whole, the Deny policy's findings were computed a
+    second time here."""
     some = f"[{', '.join(f'variables.p{i}[0]' for i in warning)}].filter(s, s != '').join({cel.SEP_LITERAL})"
     added = [
         {"name": "warnAll", "expression": some if warning else "''"},
@@ -247,9 +255,6 @@ def _warn_variables(variables: list[dict[str, str]], warning: Sequence[int], gua
             cheap = ("(variables.warnFindings.filter(f, f.startsWith('MW')).map(f, f.substring(2)) + "
                      "(variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0 ? variables.warnValidating : []))"
                      f".map(w, {_shorten('w')})")
-            if guard != "true":
-                added = [{"name": "warnPossible", "expression": guard}, *added]
-                cheap = f"!variables.warnPossible ? [] : {cheap}" if guard != "false" else "[]"
             out += added
             out.append({"name": "warnings", "expression": f"request.operation == 'UPDATE' && oldObject != null ? ({variable['expression']}) : ({cheap})"})
         else:
