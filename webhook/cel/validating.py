@@ -7,7 +7,8 @@ binding's ``validationActions`` hold for every validation of its policy. So:
   mutating webhook would refuse with, then the validating webhook's; each
   message is every such finding, one a line, as the webhook's denial;
 - ``gpu-admission-warn`` (bound with Warn) has one validation per warning, so
-  that each finding is a warning of its own as the webhook's are;
+  that each finding is a warning of its own as the webhook's are, and runs only
+  where a warning can be found (its matchCondition ``may-warn``, ``_warn_guard``);
 - ``gpu-admission-audit`` (bound with Audit) records audit-mode findings.
 
 The findings come from one list (variable ``findings``), computed policy by
