@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.server import null_answer, payloads  # noqa: E402
+from bench.server import certificates, floor_command, h2load, null_answer, payloads, serve_command, wait_ready  # noqa: E402
 from webhook import compiled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,14 +112,12 @@ def instructions(side: str, file: Path, admissions: int, level: str) -> int:
 def per_request(command: list[str], port: int, file: Path, requests: int, out: Path) -> float:
     """Instructions a whole server process (``command``, listening on ``port``) executes per request of
     ``requests`` for the review in ``file``, warmed up first (run under callgrind)."""
-    from bench.server import _wait_ready, h2load
-
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     try:
-        _wait_ready(port, server)
+        wait_ready(port, server)
         h2load(port, file, 200, out.with_suffix(".log"))  # warm: caches, the allocator's pools
         subprocess.run(["callgrind_control", "--zero", str(server.pid)], check=True, capture_output=True)
         h2load(port, file, requests, out.with_suffix(".log"))
@@ -138,10 +136,7 @@ def servers(tmp: Path, requests: int, only: str | None) -> None:
     """``--server``: ours and the orjson floor, whole processes, per request."""
     from tests.support import free_ports
 
-    gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
-    subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
-                   check=True, capture_output=True)
-    cert, key = str(tmp / "tls.crt"), str(tmp / "tls.key")
+    cert, key = certificates(tmp)
     print(f"{'payload':18} {'bytes':>7} {'ours':>12} {'floor':>12} {'ratio':>6}   (instructions per request, whole server)")
     for n, (case, review) in enumerate(payloads().items()):
         if only and case != only:
@@ -149,11 +144,8 @@ def servers(tmp: Path, requests: int, only: str | None) -> None:
         file = tmp / f"{n}.json"
         file.write_text(json.dumps(review))
         ours_port, floor_port = free_ports(2)
-        ours = per_request([gpu_admission, "serve", "--no-cluster", "--policies", str(REPO / "policies"), "--host",
-                            "127.0.0.1", "--port", str(ours_port), "--tls-cert", cert, "--tls-key", key],
-                           ours_port, file, requests, tmp / f"ours-{n}.out")
-        floor = per_request([sys.executable, str(REPO / "bench" / "server.py"), "--null-webhook", str(floor_port), cert,
-                             key, "auto", "orjson"], floor_port, file, requests, tmp / f"floor-{n}.out")
+        ours = per_request(serve_command(ours_port, cert, key), ours_port, file, requests, tmp / f"ours-{n}.out")
+        floor = per_request(floor_command(floor_port, cert, key), floor_port, file, requests, tmp / f"floor-{n}.out")
         print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {floor:12,.0f} {floor / ours:5.2f}x")
     print(f"{requests} requests per count (20 connections, after 200 to warm up); ratio: floor / ours, as "
           f"make bench-server's; log level INFO; policy core: {compiled.policy_core()}")

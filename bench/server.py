@@ -76,6 +76,7 @@ from bench.proc import CLOCK_TICKS, cpu_seconds, rss_mb  # noqa: E402
 from webhook import compiled  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+GPU_ADMISSION = str(Path(sys.executable).with_name("gpu-admission"))
 CORPUS = REPO.parent / "shared/corpus/admissionreviews/kube-apiserver-1.36"
 #: against the orjson floor (the null webhook parsing and answering with orjson)
 TARGETS = {"training pod": 0.85, "PyTorchJob pod": 0.85, "Deployment": 0.95, "20-container pod": 0.7, "pod without GPU": 0.95}
@@ -148,7 +149,27 @@ def payloads() -> dict[str, dict[str, Any]]:
             "pod without GPU": plain}
 
 
-def _wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
+def certificates(tmp: Path) -> tuple[str, str]:
+    """A development CA's serving certificate and key for localhost, written to ``tmp``."""
+    subprocess.run([GPU_ADMISSION, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(tmp / "tls.crt"), str(tmp / "tls.key")
+
+
+def serve_command(port: int, cert: str, key: str, event_loop: str = "auto", log_level: str = "") -> list[str]:
+    """gpu-admission's server as the benchmarks run it: the shipped policies, no cluster, on localhost
+    (its default log level unless ``log_level``)."""
+    return [GPU_ADMISSION, *(["--log-level", log_level] if log_level else []), "serve", "--event-loop", event_loop,
+            "--no-cluster", "--policies", str(REPO / "policies"), "--host", "127.0.0.1", "--port", str(port),
+            "--tls-cert", cert, "--tls-key", key]
+
+
+def floor_command(port: int, cert: str, key: str, event_loop: str = "auto", parser: str = "orjson") -> list[str]:
+    """The null webhook (``null_webhook``) with ``parser``: the floor."""
+    return [sys.executable, __file__, "--null-webhook", str(port), cert, key, event_loop, parser]
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     deadline = time.monotonic() + 60
@@ -225,29 +246,24 @@ def run(tmp: Path, rounds: int, requests: int, event_loop: str) -> None:
     # from one run to the next once the test helpers' imports are in the process)
     from tests.support import free_ports
 
-    gpu_admission = str(Path(sys.executable).with_name("gpu-admission"))
-    subprocess.run([gpu_admission, "certs", "generate", "--out", str(tmp), "--dns", "localhost", "--ip", "127.0.0.1"],
-                   check=True, capture_output=True)
-    cert, key = str(tmp / "tls.crt"), str(tmp / "tls.key")
+    cert, key = certificates(tmp)
     ports = dict(zip(SERVERS, free_ports(len(SERVERS))))
     ours = [name for name in SERVERS if name not in FLOORS]
     servers = {
         name: subprocess.Popen(
-            ["taskset", "-c", "0", gpu_admission, *(["--log-level", "WARNING"] if "WARNING" in name else []),
-             "serve", "--event-loop", event_loop, "--no-cluster", "--policies", str(REPO / "policies"),
-             "--host", "127.0.0.1", "--port", str(ports[name]), "--tls-cert", cert, "--tls-key", key],
+            ["taskset", "-c", "0", *serve_command(ports[name], cert, key, event_loop, "WARNING" if "WARNING" in name else "")],
             cwd=tmp, stderr=subprocess.PIPE,
         ) for name in ours
     }
     logs = {name: LogReader(process.stderr) for name, process in servers.items() if process.stderr is not None}
     for name, parser in (("null json", "json"), ("null orjson", "orjson")):
-        servers[name] = subprocess.Popen(["taskset", "-c", "0", sys.executable, __file__, "--null-webhook",
-                                          str(ports[name]), cert, key, event_loop, parser], cwd=tmp)
+        servers[name] = subprocess.Popen(["taskset", "-c", "0", *floor_command(ports[name], cert, key, event_loop, parser)],
+                                         cwd=tmp)
     servers["plain"] = subprocess.Popen(["taskset", "-c", "0", sys.executable, str(REPO / "bench" / "plain_webhook.py"),
                                          str(ports["plain"]), cert, key, event_loop], cwd=tmp)
     try:
         for name, process in servers.items():
-            _wait_ready(ports[name], process)
+            wait_ready(ports[name], process)
         files: dict[str, Path] = {}
         for case, review in payloads().items():
             files[case] = tmp / f"{len(files)}.json"

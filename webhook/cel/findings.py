@@ -155,12 +155,11 @@ def resource_shape_warns(mode: Mode, cfg: ResourceShapeRule, spec: str, meta: st
     names = [cel.matcher("n", schemes.resources)] if scheme_warns else []
     if severity.mode_of(mode, "warn") == "warn":  # (_mig: a profile of unknown form)
         names.append(f"n.startsWith({cel.quote(mig.MIG_PREFIX)})")
+    named = " || ".join(n for n in names if n != "false")
     found = []
-    names = [n for n in names if n != "false"]
-    if names:
-        named = " || ".join(names)
-        maps = [cel.when(*cel.map_at("c", ["resources", field]), "{}") for field in ("limits", "requests")]
-        held = " || ".join(f"{m}.exists(n, type(n) == string && ({named}))" for m in maps)
+    if named:
+        held = " || ".join(f"{podspecs.resource_map('c', field)}.exists(n, type(n) == string && ({named}))"
+                           for field in ("limits", "requests"))
         found += [f"{cel.sub_list(spec, name)}.exists(c, type(c) == map && ({held}))" for name in CONTAINER_LISTS]
     if scheme_warns and schemes.annotations:
         annotations = cel.sub_map(meta, "annotations")

@@ -167,7 +167,7 @@ def containers(spec: str, any_gpu: Sequence[str]) -> str:
         gpus = f"N.filter(n, {cel.matcher('n', any_gpu)} && {held('n')})"
         record = cel.record(c="c", list=cel.quote(list_name), i="i", lim="l", req="r", names="N", gpus=gpus)
         # (each of the container's maps read once: [x].map(v, …)[0] binds v to x)
-        built = f"[{_resource_map('c', 'limits')}].map(l, [{_resource_map('c', 'requests')}].map(r, [{names}].map(N, {record})[0])[0])[0]"
+        built = f"[{resource_map('c', 'limits')}].map(l, [{resource_map('c', 'requests')}].map(r, [{names}].map(N, {record})[0])[0])[0]"
         parts.append(f"{cel.sub_list(spec, list_name)}.transformList(i, c, type(c) == map, {built})")
     return " + ".join(parts)
 
@@ -180,7 +180,7 @@ def container_label(record: str) -> str:
     return f"({record}.list == 'initContainers' ? 'init container \"' : 'container \"') + {name} + '\"'"
 
 
-def _resource_map(container: str, field: str) -> str:
+def resource_map(container: str, field: str) -> str:
     """``resources.resource_map``: ``resources.<field>`` of a container when both are maps, else ``{}``."""
     condition, value = cel.map_at(container, ["resources", field])
     return cel.when(condition, value, "{}")

@@ -49,6 +49,11 @@ LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/componen
 _UPDATE_NOTE = " (already so before this update)"
 
 
+#: a compiled rule with checks: (policy, rule, settings, its Checks, its findings' CEL); the Checks say
+#: which tags its findings can have
+Built = tuple[Any, str, Any, Checks, str]
+
+
 @dataclass(frozen=True)
 class RuleCheck:
     """A compiled rule's checks: the phase the engine runs them in, and their CEL."""
@@ -141,9 +146,8 @@ def _rules(compilation: Compilation) -> list[tuple[Any, str, Any]]:
     return found
 
 
-def _built(compilation: Compilation) -> list[tuple[Any, str, Any, Checks, str]]:
-    """(policy, rule, settings, its Checks, its findings' CEL) of every compiled rule with checks, in
-    the engine's order (the Checks say which tags its findings can have)."""
+def _built(compilation: Compilation) -> list[Built]:
+    """Every compiled rule with checks, in the engine's order."""
     found = []
     for policy, rule, cfg in _rules(compilation):
         check = CHECKS[rule]
@@ -154,7 +158,7 @@ def _built(compilation: Compilation) -> list[tuple[Any, str, Any, Checks, str]]:
     return found
 
 
-def _warn_guard(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> str:
+def _warn_guard(compilation: Compilation, built: list[Built]) -> str:
     """A condition on the object that holds wherever a compiled rule finds a warning on it (and more
     often): the rules whose findings can warn say where theirs can (``findings.resource_shape_warns``;
     another rule that can warn makes it "true"), over the object's raw pod specs, every one of them.
@@ -175,7 +179,7 @@ def _warn_guard(compilation: Compilation, built: list[tuple[Any, str, Any, Check
     return f"({podspecs.raw_targets('object', compilation.kinds, table)}).exists(t, {condition})"
 
 
-def _policy_checks(compilation: Compilation, built: list[tuple[Any, str, Any, Checks, str]]) -> list[tuple[str, set[str]]]:
+def _policy_checks(compilation: Compilation, built: list[Built]) -> list[tuple[str, set[str]]]:
     """Per policy with compiled checks: a CEL list of its findings (SEP-joined) over the object's
     pod specs and, on an UPDATE, the old object's (as the engine judges it for ``_forgive_preexisting``:
     as created, validating only); and the tags its findings can have ("ME", "VW", ...)."""
