@@ -12,9 +12,10 @@ platform team would install, and the same pods are created:
   MutatingAdmissionPolicy of ``policies compile``, and the webhooks of the server that skips
   what they run;
 - **compiled policies alone**: those policies and no webhook (what they cost in kube-apiserver);
-- **their shells alone**: the same policies and bindings (match constraints, match conditions,
-  failure policies, validation actions, reinvocation) with every expression of ours taken out: each
-  ValidatingAdmissionPolicy validates ``true``, the MutatingAdmissionPolicy adds one annotation (a
+- **their shells alone**: the same policies and bindings (match constraints, the webhooks' match
+  conditions, failure policies, validation actions, reinvocation) with every expression of ours taken
+  out: each ValidatingAdmissionPolicy validates ``true`` (no matchCondition: its own compute its
+  findings), the MutatingAdmissionPolicy adds one annotation (a
   change, as the compiled mutation makes one to every GPU pod, which starts kube-apiserver's
   re-invocation). What kube-apiserver spends on running in-process policies at all, before any
   expression: the least any compiled form can cost.
@@ -190,10 +191,14 @@ def _with_ca(config: Object, server: Admission) -> Object:
 
 def shell(doc: Object) -> Object:
     """A compiled policy or binding with no expression of ours: a ValidatingAdmissionPolicy that
-    validates ``true``, a MutatingAdmissionPolicy that adds one annotation; bindings as they are."""
+    validates ``true`` wherever it is bound, a MutatingAdmissionPolicy that adds one annotation where
+    the webhooks' matchConditions hold; bindings as they are."""
     doc = copy.deepcopy(doc)
     spec = doc["spec"]
     if doc["kind"] == "ValidatingAdmissionPolicy":
+        # (its matchConditions are ours: each computes what its validations would find; the
+        # webhooks' reach is a variable, which the shell has no use for)
+        spec.pop("matchConditions", None)
         spec.pop("variables", None)
         spec.pop("auditAnnotations", None)
         spec["validations"] = [{"expression": "true"}]

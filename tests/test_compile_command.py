@@ -120,11 +120,11 @@ def test_the_policies_take_the_webhooks_reach_and_the_modes_actions() -> None:
             # its own (a mutation that runs makes kube-apiserver run the admission chain again)
             assert spec["matchConditions"] == hook["matchConditions"]
         else:
-            # the first variable, which the findings are gated on (not matchConditions of the
-            # policy's own: each would cost kube-apiserver an activation more), but the Warn policy's
-            # "may-warn", which spares most GPU pods the whole policy (the test below)
+            # the first variable, which the findings are gated on, and one matchCondition that holds
+            # where a validation fails (the tests below; each matchCondition costs kube-apiserver an
+            # activation more)
             assert [c["name"] for c in spec.get("matchConditions", [])] == (
-                ["may-warn"] if policy["metadata"]["name"] == "gpu-admission-warn" else [])
+                ["warns"] if policy["metadata"]["name"] == "gpu-admission-warn" else ["refuses"])
             assert spec["variables"][0] == {"name": "reached", "expression": cel.every(*(c["expression"] for c in hook["matchConditions"]))}
         # (and the MutatingAdmissionPolicy only built-in kinds: a custom kind it has no schema of yet it refuses)
         groups = {g for rule in spec["matchConstraints"]["resourceRules"] for g in rule["apiGroups"]}
@@ -241,21 +241,28 @@ def _warn_policy(text: str) -> dict[str, Any]:
 
 
 def _may_warn(text: str) -> str | None:
-    """The Warn policy's matchCondition "may-warn", None without one."""
-    conditions = _warn_policy(text)["spec"].get("matchConditions", [])
-    return next((c["expression"] for c in conditions if c["name"] == "may-warn"), None)
+    """What the Warn policy's matchCondition "warns" looks for before computing any finding (the
+    condition up to the webhook's reach, ``validating._gate``), None when nothing."""
+    policy = _warn_policy(text)["spec"]
+    condition = next(c["expression"] for c in policy["matchConditions"] if c["name"] == "warns")
+    reached = next(v["expression"] for v in policy["variables"] if v["name"] == "reached")
+    assert condition.startswith("((") and f"({reached}) && (" in condition  # (cel.every's form)
+    if condition.startswith(f"(({reached}) && ("):
+        return None
+    return condition[2:condition.index(f") && ({reached}) && (")]
 
 
 def test_the_warn_policy_looks_for_what_can_warn_before_computing_any_finding() -> None:
     """Of the shipped rules only resourceShape's findings can warn, and only some of them (a sharing scheme,
     a MIG profile of unknown form, GPUs in init containers only): the Warn policy runs only on an UPDATE
     (which may forgive a refusal with a warning) or where the raw pod specs have what those need (its
-    matchCondition "may-warn"), so a pod asking for whole GPUs costs it no pod spec record, no check and
+    matchCondition "warns" looks for them first), so a pod asking for whole GPUs costs it no pod spec record, no check and
     none of its warning slots (webhook.cel.validating._warn_guard)."""
     shipped = "\n---\n".join(p.read_text() for p in sorted(POLICIES.glob("*.yaml")))
     guard = _may_warn(shipped)
-    assert guard is not None and guard.startswith("((request.operation == 'UPDATE' && oldObject != null) || "), guard
-    assert "variables." not in guard, guard  # (a matchCondition reads none: kube-apiserver refuses the policy)
+    assert guard is not None
+    assert guard.startswith("((request.operation == 'UPDATE' && oldObject != null) || "), guard[:200]
+    assert "variables." not in guard, guard[:200]  # (a matchCondition reads none: kube-apiserver refuses the policy)
     init_only = "t.spec.initContainers : []).size() > 0"
     for needed in ("'nvidia.com/gpumem'", "n.startsWith('nvidia.com/mig-')", "'gpu-fraction' in", init_only):
         assert needed in guard, needed
@@ -268,3 +275,53 @@ def test_the_warn_policy_looks_for_what_can_warn_before_computing_any_finding() 
     # a rule in warn mode warns with every finding: no condition
     loud = shipped.replace("mode: enforce\n      initOnly", "mode: warn\n      initOnly")
     assert loud != shipped and _may_warn(loud) is None
+
+
+def test_inline_computes_each_variable_once_or_where_it_is_read() -> None:
+    """``cel.inline``: a variable read twice is bound once around the rest, in definition order; one
+    read once is written where it is read (computed only where that read is reached); a known one is
+    given; a string literal that spells a variable's name is text, not a read."""
+    variables = [("a", "object.x"), ("b", "variables.a + 1"), ("c", "variables.a * variables.b"),
+                 ("unused", "object.y"), ("label", "'variables.a'")]
+    with pytest.raises(ValueError, match="variables.r is not defined"):
+        cel.inline(variables, "variables.c > 0 && variables.r")
+    assert cel.inline(variables, "variables.c > 0 && variables.r", {"r": "true"}) == (
+        "[object.x].map(v_a, (v_a * (v_a + 1)) > 0 && (true))[0]")
+    # b read twice: bound after a, inside a's binding
+    assert cel.inline(variables, "variables.c + variables.b") == (
+        "[object.x].map(v_a, [v_a + 1].map(v_b, (v_a * v_b) + v_b)[0])[0]")
+    assert cel.inline(variables, "variables.label + \"variables.unused\"") == "('variables.a') + \"variables.unused\""
+    assert "v_" not in cel.inline(variables, "variables.unused") and cel.inline(variables, "1") == "1"
+
+
+def _compiled(text: str) -> dict[str, dict[str, Any]]:
+    mutating, validating = reach.read(WEBHOOKS)
+    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["validating-policies.yaml"])
+            if d and d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_each_policy_runs_only_where_one_of_its_validations_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-apiserver computes every messageExpression of a policy whose validations ran, failing or not,
+    in an activation of its own: the findings of an object that passes were computed twice. Each policy's
+    matchCondition computes them once, reading no variable (kube-apiserver refuses the policy otherwise),
+    each variable it needs more than once bound once, after the webhook's reach; past what
+    kube-apiserver's CEL parser takes (100,000 code points) it is left out and the policy runs as before."""
+    shipped = "\n---\n".join(p.read_text() for p in sorted(POLICIES.glob("*.yaml")))
+    policies = _compiled(shipped)
+    for name, condition_name, fails in (("gpu-admission", "refuses", "variables.denyMutate.size() > 0 || variables.denyValidate.size() > 0"),
+                                        ("gpu-admission-warn", "warns", "variables.warnings.size() > 0")):
+        spec = policies[name]["spec"]
+        (condition,) = [c["expression"] for c in spec["matchConditions"] if c["name"] == condition_name]
+        assert "variables." not in condition and len(condition) <= cel.MAX_EXPRESSION
+        variables = [(v["name"], v["expression"]) for v in spec["variables"]]
+        assert condition.endswith(f"({cel.inline(variables, fails, {'reached': 'true'})}))")
+        assert f"({variables[0][1]}) && (" in condition  # the webhook's reach first
+        for bound in ("specs", "p0", "p1", "p2", "findings"):
+            assert condition.count(f".map(v_{bound}, ") == 1, bound
+    looks_for = _may_warn(shipped)
+    monkeypatch.setattr(cel, "MAX_EXPRESSION", 20_000)
+    small = _compiled(shipped)
+    assert "matchConditions" not in small["gpu-admission"]["spec"]
+    (guard,) = small["gpu-admission-warn"]["spec"]["matchConditions"]
+    assert guard["expression"] == looks_for

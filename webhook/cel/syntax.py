@@ -287,3 +287,60 @@ def json_pointer_token(key: str) -> str:
 def as_json(value: Any) -> str:
     """JSON text (for annotations and the coverage record)."""
     return json.dumps(value, sort_keys=True)
+
+
+#: kube-apiserver's CEL parser refuses an expression longer than this many code points (its policy
+#: with it: measured through 1.33.3 and 1.36.2)
+MAX_EXPRESSION = 100_000
+#: a string literal (either quote, escapes kept), or a reference to a policy variable
+_LITERAL_OR_VARIABLE = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\bvariables\.([A-Za-z_][A-Za-z0-9_]*)""")
+#: the prefix of the comprehension variable :func:`inline` binds a policy variable to
+INLINED = "v_"
+
+
+def _variable_refs(expr: str) -> list[str]:
+    return [m.group(1) for m in _LITERAL_OR_VARIABLE.finditer(expr) if m.group(1)]
+
+
+def inline(variables: Sequence[tuple[str, str]], expr: str, known: dict[str, str] | None = None) -> str:
+    """``expr`` with no policy variable read: where a matchCondition must say what variables compute
+    (a matchCondition reads none). ``variables``: (name, expression) in definition order, each reading
+    only those before it, as kube-apiserver's composition does; ``known``: variables given as an
+    expression instead. Every variable ``expr`` needs and reads more than once (counting the reads of
+    the others it needs) is computed once, bound to a comprehension variable around the rest
+    (``[e].map(v_name, ...)[0]``, in definition order); one read once is written where it is read, so
+    that it is computed only where that read is reached, as a policy's lazy variables are. A
+    variable's evaluation errors as the expression it is written into does."""
+    known = known or {}
+    defined = dict(variables)
+    needed: set[str] = set()
+    todo = [expr]
+    while todo:
+        for name in _variable_refs(todo.pop()):
+            if name in known or name in needed:
+                continue
+            if name not in defined:
+                raise ValueError(f"variables.{name} is not defined")
+            needed.add(name)
+            todo.append(defined[name])
+    reads = {name: 0 for name in needed}
+    for text in [expr, *(defined[n] for n in needed)]:
+        for name in _variable_refs(text):
+            if name in reads:
+                reads[name] += 1
+    bound = [name for name, _ in variables if name in needed and reads[name] > 1]
+
+    def written(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if not name:
+                return match.group(0)
+            if name in known:
+                return f"({known[name]})"
+            return INLINED + name if name in bound else f"({written(defined[name])})"
+        return _LITERAL_OR_VARIABLE.sub(one, text)
+
+    body = written(expr)
+    for name in reversed(bound):
+        body = f"[{written(defined[name])}].map({INLINED}{name}, {body})[0]"
+    return body

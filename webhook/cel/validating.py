@@ -7,9 +7,12 @@ binding's ``validationActions`` hold for every validation of its policy. So:
   mutating webhook would refuse with, then the validating webhook's; each
   message is every such finding, one a line, as the webhook's denial;
 - ``gpu-admission-warn`` (bound with Warn) has one validation per warning, so
-  that each finding is a warning of its own as the webhook's are, and runs only
-  where a warning can be found (its matchCondition ``may-warn``, ``_warn_guard``);
+  that each finding is a warning of its own as the webhook's are;
 - ``gpu-admission-audit`` (bound with Audit) records audit-mode findings.
+
+Each runs only where one of its validations fails (its matchCondition, ``_gate``:
+kube-apiserver computes every messageExpression whether or not its validation
+failed); the Warn policy's looks first for what can warn (``_warn_guard``).
 
 The findings come from one list (variable ``findings``), computed policy by
 policy, pod spec by pod spec, rule by rule, as the engine goes; on an UPDATE a
@@ -119,21 +122,43 @@ def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
     docs = _policy(NAME, "Deny", reach, variables, [
         _validation("variables.denyMutate"), _validation("variables.denyValidate"),
     ])
+    _gate(docs[0], "refuses", "variables.denyMutate.size() > 0 || variables.denyValidate.size() > 0")
     warning = [i for i, (_, tags) in enumerate(built) if tags & {"MW", "VW"}]
     warn = _policy(f"{NAME}-warn", "Warn", reach, _warn_variables(variables, warning), [
         {"expression": f"variables.warnings.size() <= {i}", "messageExpression": f"variables.warnings[{i}]"}
         for i in range(WARNING_SLOTS)
     ])
-    guard = _warn_guard(compilation, rules)
-    if guard != "true":  # (a matchCondition reads no variable: the kinds' pod spec paths written in)
-        condition = cel.some("request.operation == 'UPDATE' && oldObject != null", guard)
-        warn[0]["spec"].setdefault("matchConditions", []).append({"name": "may-warn", "expression": condition})
+    # (a matchCondition reads no variable: the kinds' pod spec paths written in)
+    guard = cel.some("request.operation == 'UPDATE' && oldObject != null", _warn_guard(compilation, rules))
+    _gate(warn[0], "warns", "variables.warnings.size() > 0", guard)
     docs += warn
     if "audit" in modes:
         docs += _policy(f"{NAME}-audit", "Audit", reach, variables, [
             {"expression": "variables.audits.size() == 0", "messageExpression": f"variables.audits.join({cel.quote(DENIAL_SEPARATOR)})"},
         ])
+        _gate(docs[-2], "audits", "variables.audits.size() > 0")
     return docs
+
+
+def _gate(policy: dict[str, Any], name: str, fails: str, guard: str = "true") -> None:
+    """Add to ``policy`` a matchCondition ``name`` that holds where one of its validations fails
+    (``fails``, over its variables), after ``guard`` (a cheap condition that holds wherever ``fails``
+    can). kube-apiserver evaluates every messageExpression of a policy whose validations ran, failing
+    or not, in an activation of its own (k8s.io/apiserver admission/plugin/policy/validating/
+    validator.go: the message filter's ``ForInput`` after the validations'), so the variables a
+    message reads, here every finding, were computed twice for an object that passes; a matchCondition
+    computes them once (``cel.inline``: a matchCondition reads no variable) and, where it is false,
+    kube-apiserver skips the policy. An object that fails costs a third computation: it is refused
+    or warned, which is rare. The webhook's reach (variable ``reached``) is tested first, so that an
+    object it does not send costs no more than that. A condition longer than kube-apiserver parses
+    (many policies) is left out: the policy then runs wherever its guard holds, as it did before."""
+    variables = [(v["name"], v["expression"]) for v in policy["spec"]["variables"]]
+    reached = next(expr for n, expr in variables if n == "reached")
+    condition = cel.every(guard, reached, cel.inline(variables, fails, {"reached": "true"}))
+    if len(condition) > cel.MAX_EXPRESSION:
+        condition = guard
+    if condition != "true":
+        policy["spec"].setdefault("matchConditions", []).append({"name": name, "expression": condition})
 
 
 def _rules(compilation: Compilation) -> list[tuple[Any, str, Any]]:
