@@ -137,8 +137,8 @@ def _provenance(changed: str, by: str) -> str:
     names = "(s == '' ? [] : s.split(',').filter(x, x != ''))"
     merged = f"[{parts}].map(h, [h[0], h[1]].map(s, {names}))[0]"
 
-    def added(have: str, more: str) -> str:  # what is new, once each, in order
-        return f"[{have}].map(r, r + {more}.transformList(i, w, !(w in r) && {more}.indexOf(w) == i, w))[0]"
+    def added(have: str, more: str) -> str:  # what is new, once each, in order (``more`` computed once)
+        return cel.once(more, lambda m: f"[{have}].map(r, r + {m}.transformList(i, w, !(w in r) && {m}.indexOf(w) == i, w))[0]")
 
     text = f"{added(merged + '[0]', changed)}.join(',') + '; policy=' + {added(merged + '[1]', by)}.join(',')"
     key = cel.quote("/metadata/annotations/" + cel.json_pointer_token(PROVENANCE))
