@@ -18,7 +18,8 @@ platform team would install, and the same pods are created:
   findings), the MutatingAdmissionPolicy adds one annotation (a
   change, as the compiled mutation makes one to every GPU pod, which starts kube-apiserver's
   re-invocation). What kube-apiserver spends on running in-process policies at all, before any
-  expression: the least any compiled form can cost.
+  expression of ours (a policy that a matchCondition of ours skips costs less than its shell, which
+  runs on every object the webhooks' reach sends it).
 
 Each round goes through every state (each round starting one state later: over as many rounds as
 there are states, each takes every place once) and creates the same 4-GPU training
