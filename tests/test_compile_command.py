@@ -197,6 +197,13 @@ def test_a_nested_read_grows_with_its_depth_not_exponentially() -> None:
     assert cel.sub_map("t.spec", "affinity") == "(((type(t.spec) == map) && (has(t.spec.affinity)) && (type(t.spec.affinity) == map)) ? t.spec.affinity : {})"
 
 
+def _compiled(text: str) -> dict[str, dict[str, Any]]:
+    mutating, validating = reach.read(WEBHOOKS)
+    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["validating-policies.yaml"])
+            if d and d["kind"] == "ValidatingAdmissionPolicy"}
+
+
 def test_the_warn_policy_computes_only_the_findings_that_can_warn() -> None:
     """The Warn policy's warnings of a CREATE come from the policies whose findings can warn; the
     others' (enforce only) are computed only when a validating-phase warning needs to know whether a
@@ -217,10 +224,7 @@ spec:
   rules:
     resourceShape: {mode: warn, migProfiles: [1g.10gb]}
 """
-    mutating, validating = reach.read(WEBHOOKS)
-    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
-    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["validating-policies.yaml"])
-            if d and d["kind"] == "ValidatingAdmissionPolicy"}
+    docs = _compiled(text)
     deny = {v["name"]: v["expression"] for v in docs["gpu-admission"]["spec"]["variables"]}
     warn = {v["name"]: v["expression"] for v in docs["gpu-admission-warn"]["spec"]["variables"]}
     checks = sorted(name for name in deny if name[0] == "p" and name[1:].isdigit())
@@ -233,17 +237,10 @@ spec:
     assert "variables.warnValidating.size() == 0 ? [] : variables.denyMutate.size() == 0" in warn["warnings"]
 
 
-def _warn_policy(text: str) -> dict[str, Any]:
-    mutating, validating = reach.read(WEBHOOKS)
-    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
-    return next(d for d in yaml.safe_load_all(files["validating-policies.yaml"])
-                if d and d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "gpu-admission-warn")
-
-
 def _may_warn(text: str) -> str | None:
     """What the Warn policy's matchCondition "warns" looks for before computing any finding (the
     condition up to the webhook's reach, ``validating._gate``), None when nothing."""
-    policy = _warn_policy(text)["spec"]
+    policy = _compiled(text)["gpu-admission-warn"]["spec"]
     condition = next(c["expression"] for c in policy["matchConditions"] if c["name"] == "warns")
     reached = next(v["expression"] for v in policy["variables"] if v["name"] == "reached")
     assert condition.startswith("((") and f"({reached}) && (" in condition  # (cel.every's form)
@@ -292,13 +289,6 @@ def test_inline_computes_each_variable_once_or_where_it_is_read() -> None:
         "[object.x].map(v_a, [v_a + 1].map(v_b, (v_a * v_b) + v_b)[0])[0]")
     assert cel.inline(variables, "variables.label + \"variables.unused\"") == "('variables.a') + \"variables.unused\""
     assert "v_" not in cel.inline(variables, "variables.unused") and cel.inline(variables, "1") == "1"
-
-
-def _compiled(text: str) -> dict[str, dict[str, Any]]:
-    mutating, validating = reach.read(WEBHOOKS)
-    files = command.compile_files(loader.load_text(text), (1, 36), mutating, validating)
-    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(files["validating-policies.yaml"])
-            if d and d["kind"] == "ValidatingAdmissionPolicy"}
 
 
 def test_each_policy_runs_only_where_one_of_its_validations_fails(monkeypatch: pytest.MonkeyPatch) -> None:

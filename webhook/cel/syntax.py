@@ -151,6 +151,12 @@ _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\['(?:[^
 _BOUND = "bound"
 
 
+def bind(expr: str, name: str, body: str) -> str:
+    """``body`` with the comprehension variable ``name`` bound to ``expr``, evaluated once:
+    ``[expr].map(name, body)[0]`` (kube-apiserver's CEL has no ``cel.bind``, 1.33.3 and 1.36.2)."""
+    return f"[{expr}].map({name}, {body})[0]"
+
+
 def once(expr: str, build: Callable[[str], str]) -> str:
     """``build(expr)`` with ``expr`` evaluated once: a path as it is (reading it again is one lookup);
     anything else bound to a comprehension variable, ``[expr].map(bound, build(bound))[0]``. The guards
@@ -159,7 +165,7 @@ def once(expr: str, build: Callable[[str], str]) -> str:
     multiplied the evaluations of the levels inside it (4^depth), in kube-apiserver's every admission."""
     if _PATH.match(expr):
         return build(expr)
-    return f"[{expr}].map({_BOUND}, {build(_BOUND)})[0]"
+    return bind(expr, _BOUND, build(_BOUND))
 
 
 def value_at(expr: str, keys: Sequence[str], default: str) -> str:
@@ -342,5 +348,5 @@ def inline(variables: Sequence[tuple[str, str]], expr: str, known: dict[str, str
 
     body = written(expr)
     for name in reversed(bound):
-        body = f"[{written(defined[name])}].map({INLINED}{name}, {body})[0]"
+        body = bind(written(defined[name]), INLINED + name, body)
     return body
