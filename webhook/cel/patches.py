@@ -168,11 +168,11 @@ def _unset(sc: str, key: str) -> str:
 
 def security_context(cfg: SecurityContextRule) -> str:
     """``security_context.run``'s defaults: the pod's (less what its own settings rule out) and each
-    container's, root left to what it asks for; never on Windows pods."""
-    pod = _sc("t.spec")
+    container's, root left to what it asks for; never on Windows pods. The pod's securityContext is
+    read once (``p``), and each container's (``S``, in ``t.cs`` order: a map, ``{}`` when it has none)."""
     asks_root = _ASKS_ROOT.format(sc="s")
-    explicit_root = f"({_ASKS_ROOT.format(sc='p')} || t.cs.exists(c, size({_sc('c.c')}) > 0 && [{_sc('c.c')}].map(s, {asks_root})[0]))"
-    every_seccomp = f"(size(t.cs) > 0 && t.cs.all(c, size({_sc('c.c')}) > 0 && {_truthy(_sc('c.c'), 'seccompProfile')}))"
+    explicit_root = f"({_ASKS_ROOT.format(sc='p')} || S.exists(s, {asks_root}))"
+    every_seccomp = f"(size(S) > 0 && S.all(s, size(s) > 0 && {_truthy('s', 'seccompProfile')}))"
     keys: list[tuple[str, str, str]] = []  # (key, condition, value)
     # the pod's defaults, as _pod_defaults leaves them
     keys.append(("runAsNonRoot", f"!R && !('runAsNonRoot' in p)", "true"))
@@ -193,8 +193,9 @@ def security_context(cfg: SecurityContextRule) -> str:
     pod_ops = (f"[{kept}].map(K, size(p) == 0 ? (size(K) > 0 ? [{add(at, 'K')}] : []) : "
                f"K.transformList(k, v, k).filter(k, !(k in p) || type(p[k]) == null_type)"
                f".map(k, {add(at + ' + ' + cel.quote('/') + ' + k', 'K[k]')}))[0]")
-    pod_ops = f"[{pod}].map(p, [{explicit_root}].map(R, {pod_ops})[0])[0]"
-    return cel.when(podspecs.is_windows("t.spec"), "[]", f"({pod_ops} + {_container_defaults()})")
+    ops = f"[{explicit_root}].map(R, {pod_ops})[0] + {_container_defaults()}"
+    read = f"[{_sc('t.spec')}].map(p, [t.cs.map(c, {_sc('c.c')})].map(S, {ops})[0])[0]"
+    return cel.when(podspecs.is_windows("t.spec"), "[]", f"({read})")
 
 
 def _key_kept(keys: list[tuple[str, str, str]]) -> str:
@@ -209,9 +210,10 @@ def _truthy(parent: str, key: str) -> str:
 
 
 def _container_defaults() -> str:
-    """``_container_defaults`` of every container (``pod_root``: the pod asks for root)."""
+    """``_container_defaults`` of every container (``pod_root``: the pod asks for root), its securityContext
+    ``S[i]``, the pod's ``p``."""
     at = "t.at + '/' + c.list + '/' + string(c.i) + '/securityContext'"
-    root = _ASKS_ROOT.format(sc="P")
+    root = _ASKS_ROOT.format(sc="p")
     fresh = f"P_root ? {value({'allowPrivilegeEscalation': False})} : {value({'allowPrivilegeEscalation': False, 'capabilities': {'drop': ['ALL']}})}"
     escalates = ("((has(s.privileged) && s.privileged == true) || "
                  f"{cel.sub_list(cel.sub_map('s', 'capabilities'), 'add')}.exists(a, a == 'CAP_SYS_ADMIN' || a == 'SYS_ADMIN'))")
@@ -224,8 +226,8 @@ def _container_defaults() -> str:
             f"(!('ALL' in {caps}.drop) ? [{add(drop_at + ' + ' + cel.quote('/-'), cel.quote('ALL'))}] : [])) : "
             f"({_unset('s', 'capabilities')} ? [{add(at + ' + ' + cel.quote('/capabilities'), value({'drop': ['ALL']}))}] : []))")
     judged = f"{escalates} ? [] : ({runs_root} ? {escalation} : {escalation} + {drop})"
-    per = f"[{_sc('c.c')}].map(s, size(s) == 0 ? [{add(at, f'({fresh})')}] : ({judged}))[0]"
-    return f"[{_sc('t.spec')}].map(P, [{root}].map(P_root, t.cs.map(c, {per}).flatten())[0])[0]"
+    per = f"[S[i]].map(s, size(s) == 0 ? [{add(at, f'({fresh})')}] : ({judged}))[0]"
+    return f"[{root}].map(P_root, t.cs.transformList(i, c, {per}).flatten())[0]"
 
 
 # -- shm
