@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # e2e: the end-to-end suite against a real kube-apiserver; K8S picks its version (e.g. make e2e K8S=1.33.3)
 K8S    ?=
 
-.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel soak registry-tools tls-tools kubectl
+.PHONY: serve test test-interpreted test-compiled compiled c-compiler e2e lint bench bench-engine certs clean bench-audit bench-report bench-quota bench-scale bench-index bench-server bench-instructions bench-cel bench-cel-parts soak registry-tools tls-tools kubectl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -143,6 +143,10 @@ bench-instructions: compiled
 # deploy/compiled (compiled + slimmed webhooks), deploy/ (webhooks alone); p50 and p99, same run
 bench-cel: $(STAMP)
 	$(BIN)/python bench/cel.py
+
+# what each part of the compiled MutatingAdmissionPolicy costs kube-apiserver (docs/compiled-policies.md)
+bench-cel-parts: $(STAMP)
+	$(BIN)/python bench/cel_parts.py --rules
 
 # ten times the fuzz cases of `make test`, then the robustness figures (docs/robustness.md)
 soak: $(STAMP)
