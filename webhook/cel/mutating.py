@@ -20,6 +20,7 @@ from webhook.cel import syntax as cel
 from webhook.cel.reach import Reach
 from webhook.cel.validating import NAME, Compilation, admission_policy, pod_update
 from webhook.policy import offload
+from webhook.policy.engine import PROVENANCE_ANNOTATION
 
 #: rule → (what the provenance annotation calls its change, its JSONPatch CEL for the pod spec ``t``
 #: given the settings and the policy's GPU test of a resource name ``n``)
@@ -35,7 +36,8 @@ MUTATIONS: dict[str, tuple[str, Callable[[Any, str], str]]] = {
     "trainingLocality": ("trainingLocality", lambda cfg, gpu: patches.training_locality(cfg)),
     "notebookLifetime": ("activeDeadlineSeconds", lambda cfg, gpu: patches.notebook_lifetime(cfg)),
 }
-PROVENANCE = "gpu-admission.io/mutated"
+#: the annotation naming what the mutation changed, and who (the engine's)
+PROVENANCE = PROVENANCE_ANNOTATION
 
 
 def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
