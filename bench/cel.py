@@ -135,7 +135,7 @@ class Cluster:
                     self.admin.delete(doc)
             for doc in self.compiled[compiled] if compiled is not None else []:
                 self.admin.apply(doc, manager="bench")
-            eventually(lambda: self._canary() == compiled, timeout=60, what="kube-apiserver acting on the compiled policies")
+            eventually(lambda: canary(self.client, NAMESPACE) == compiled, timeout=60, what="kube-apiserver acting on the compiled policies")
         if webhooks != self.state[1]:
             configs = webhook_configurations(self.servers[webhooks].port if webhooks else 0)
             for config in configs:
@@ -155,12 +155,6 @@ class Cluster:
                     self.admin.replace(current)
             eventually(lambda: self._answering() == webhooks, timeout=60, what=f"the webhooks reaching {webhooks}")
         self.state = (compiled, webhooks)
-
-    def _canary(self) -> str | None:
-        """Which compiled policies kube-apiserver runs (the canary applied with them warns so)."""
-        probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CANARY}, "data": {}}
-        marks = [w.rsplit(" ", 1)[-1] for w in self.client.create(probe, NAMESPACE).warnings if f"{CANARY} " in w]
-        return marks[0] if len(marks) == 1 else None
 
     def _answering(self) -> str | None:
         """Which server the webhooks call now (a dry-run pod: whose request count moves)."""
@@ -222,8 +216,16 @@ def _canaries(which: str) -> list[Object]:
     ]
 
 
-def create_all(client: Client, namespace: str, pods: int, clients: int) -> list[float]:
-    """Create ``pods`` pods from ``clients`` threads: each create's latency, in milliseconds."""
+def canary(client: Client, namespace: str) -> str | None:
+    """Which compiled policies kube-apiserver runs (the canary applied with them, ``_canaries``, warns so)."""
+    probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CANARY}, "data": {}}
+    marks = [w.rsplit(f"{CANARY} ", 1)[-1] for w in client.create(probe, namespace).warnings if f"{CANARY} " in w]
+    return marks[0] if len(marks) == 1 else None
+
+
+def create_all(client: Client, namespace: str, pods: int, clients: int, dry_run: bool = False) -> list[float]:
+    """Create ``pods`` pods from ``clients`` threads (``dry_run``: none stored): each create's latency,
+    in milliseconds."""
     pod = training_pod()
     latencies: list[float] = []
     lock = threading.Lock()
@@ -233,7 +235,7 @@ def create_all(client: Client, namespace: str, pods: int, clients: int) -> list[
         mine = []
         for _ in range(count):
             start = time.perf_counter()
-            outcome = client.create(pod, namespace, dry_run=False)
+            outcome = client.create(pod, namespace, dry_run=dry_run)
             mine.append((time.perf_counter() - start) * 1000)
             if outcome.status >= 300:
                 failures.append(outcome.message)

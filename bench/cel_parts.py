@@ -33,7 +33,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cel import CANARY, _canaries, shell, training_pod  # noqa: E402
+from bench.cel import _canaries, canary, create_all, shell, training_pod  # noqa: E402
 from bench.proc import cpu_seconds  # noqa: E402
 from tests.e2e.apiserver import ADMIN_TOKEN, ApiServer, find_assets  # noqa: E402
 from tests.e2e.equivalence import WEBHOOKS_USER, Client  # noqa: E402
@@ -51,6 +50,7 @@ from tests.e2e.kube import Kube, Object, eventually  # noqa: E402
 from webhook.cel import command, mutating, patches, reach  # noqa: E402
 from webhook.cel import syntax as cel  # noqa: E402
 from webhook.policy import loader  # noqa: E402
+from webhook.policy.engine import PROVENANCE_ANNOTATION  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-cel-parts"
@@ -136,9 +136,7 @@ class Bench:
             self.admin.delete(doc)
         for doc in docs + _canaries(name):
             self.admin.apply(doc, manager="bench-cel-parts")
-        probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CANARY}, "data": {}}
-        eventually(lambda: f"{CANARY} {name}" in " ".join(self.client.create(probe, NAMESPACE).warnings),
-                   timeout=60, what=name)
+        eventually(lambda: canary(self.client, NAMESPACE) == name, timeout=60, what=name)
         self.current = docs + _canaries(name)
 
     def outcome(self, name: str, docs: list[Object], annotation: str) -> Object:
@@ -157,28 +155,10 @@ class Bench:
         return obj
 
     def cpu_per_create(self, pods: int, clients: int) -> float:
-        errors: list[str] = []
-
-        def work(n: int) -> None:
-            for _ in range(n):
-                answer = self.client.create(training_pod(), NAMESPACE)
-                if answer.status >= 300:
-                    errors.append(answer.message[:300])
-
-        def run() -> None:
-            threads = [threading.Thread(target=work, args=(pods // clients,)) for _ in range(clients)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-
-        run()  # warm up: the variant's programs compiled and its caches filled
+        create_all(self.client, NAMESPACE, pods, clients, dry_run=True)  # warm up: programs compiled, caches filled
         before = cpu_seconds(self.pid)
-        run()
-        spent = cpu_seconds(self.pid) - before
-        if errors:
-            raise SystemExit(f"a create failed: {errors[0]}")
-        return spent / (pods // clients * clients) * 1000
+        create_all(self.client, NAMESPACE, pods, clients, dry_run=True)
+        return (cpu_seconds(self.pid) - before) / pods * 1000
 
 
 def main() -> None:
@@ -207,10 +187,10 @@ def main() -> None:
         shelled["metadata"]["annotations"].pop(SHELL_MARK)
         if not shelled["metadata"]["annotations"]:
             del shelled["metadata"]["annotations"]
-        made = bench.outcome("as compiled", found["as compiled"], mutating.PROVENANCE)
+        made = bench.outcome("as compiled", found["as compiled"], PROVENANCE_ANNOTATION)
         ops = [op for op in jsonpatch.make_patch(shelled, made).patch if op["path"] not in _PRIORITY_PATHS]
         found = {**found, "constant patch": constant_patch(ops, found["as compiled"])}
-        if bench.outcome("constant patch", found["constant patch"], mutating.PROVENANCE) != made:
+        if bench.outcome("constant patch", found["constant patch"], PROVENANCE_ANNOTATION) != made:
             raise SystemExit("the constant patch does not store the pod the compiled policy makes")
         measure(bench, found, args.pods, args.clients, args.rounds, print)
     finally:

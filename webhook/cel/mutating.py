@@ -36,8 +36,6 @@ MUTATIONS: dict[str, tuple[str, Callable[[Any, str], str]]] = {
     "trainingLocality": ("trainingLocality", lambda cfg, gpu: patches.training_locality(cfg)),
     "notebookLifetime": ("activeDeadlineSeconds", lambda cfg, gpu: patches.notebook_lifetime(cfg)),
 }
-#: the annotation naming what the mutation changed, and who (the engine's)
-PROVENANCE = PROVENANCE_ANNOTATION
 
 
 def documents(compilation: Compilation, reach: Reach) -> list[dict[str, Any]]:
@@ -132,8 +130,8 @@ def _provenance(changed: str, by: str) -> str:
     changed it (``by``: policy names) into the provenance annotation, as
     ``engine._record_provenance`` does: the rules then the policies it names, each once, in order."""
     annotations = "object.metadata.annotations"
-    previous = (f"(has({annotations}) && type({annotations}) == map && {cel.quote(PROVENANCE)} in {annotations} && "
-                f"type({annotations}[{cel.quote(PROVENANCE)}]) == string ? string({annotations}[{cel.quote(PROVENANCE)}]) : '')")
+    previous = (f"(has({annotations}) && type({annotations}) == map && {cel.quote(PROVENANCE_ANNOTATION)} in {annotations} && "
+                f"type({annotations}[{cel.quote(PROVENANCE_ANNOTATION)}]) == string ? string({annotations}[{cel.quote(PROVENANCE_ANNOTATION)}]) : '')")
     # "rules; policy=policies", split as str.partition does (the first "; policy=")
     parts = "[v.indexOf('; policy=')].map(i, i < 0 ? [v, ''] : [v.substring(0, i), v.substring(i + 9)])[0]"
     names = "(s == '' ? [] : s.split(',').filter(x, x != ''))"
@@ -143,8 +141,8 @@ def _provenance(changed: str, by: str) -> str:
         return cel.once(more, lambda m: f"[{have}].map(r, r + {m}.transformList(i, w, !(w in r) && {m}.indexOf(w) == i, w))[0]")
 
     text = f"{added(merged + '[0]', changed)}.join(',') + '; policy=' + {added(merged + '[1]', by)}.join(',')"
-    key = cel.quote("/metadata/annotations/" + cel.json_pointer_token(PROVENANCE))
-    whole = f"{{{cel.quote(PROVENANCE)}: t}}"
+    key = cel.quote("/metadata/annotations/" + cel.json_pointer_token(PROVENANCE_ANNOTATION))
+    whole = f"{{{cel.quote(PROVENANCE_ANNOTATION)}: t}}"
     op = (f"!has({annotations}) || type({annotations}) == null_type ? "
           f"[{patches.add(cel.quote('/metadata/annotations'), whole)}] : "
           f"(type({annotations}) == map ? [{patches.add(key, 't')}] : [])")
