@@ -27,7 +27,7 @@ log = logging.getLogger("webhook")
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(audits=_command(words) not in ("serve", "certs", "policies"))
+    parser = _parser(_command(words))
     args = parser.parse_args(words)
     logging.basicConfig(level=getattr(args, "log_level", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -56,18 +56,20 @@ def _command(words: Sequence[str]) -> str | None:
     return None
 
 
-def _parser(audits: bool = True) -> argparse.ArgumentParser:
-    """The CLI's parser; ``audits``: with the audit commands (audit, test, report), whose modules
-    import the cluster's (the kubernetes client, ~20 MB resident): serve, certs and policies do
-    without them, and a server without a cluster never imports it."""
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser for ``command`` (None: every command's, as ``--help`` lists them). What a
+    command does not parse is not imported: the audit commands (audit, test, report) import the
+    cluster's modules (the kubernetes client, ~20 MB resident), which serve, certs and policies do
+    without, and ``policies compile`` imports the CEL compiler (webhook/cel, ~1.4 MB resident), which
+    serve and certs do without: a server without a cluster imports neither."""
     parser = argparse.ArgumentParser(prog="gpu-admission", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gpu-admission {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _certs_parser(sub)
-    _policies_parser(sub)
-    if not audits:
+    _policies_parser(sub, compiler=command not in ("serve", "certs"))
+    if command in ("serve", "certs", "policies"):
         return parser
     from webhook import audit
     from webhook.audit import report_command, suite
@@ -212,12 +214,14 @@ def _certs_cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _policies_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _policies_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], compiler: bool = True) -> None:
     p = sub.add_parser("policies", help="work with policy files")
     psub = p.add_subparsers(dest="policies_command", required=True)
     check = psub.add_parser("check", help="validate a policy directory; exit 2 on any problem")
     check.add_argument("directory", type=Path)
     check.set_defaults(func=_policies_check)
+    if not compiler:
+        return
     from webhook.cel import command as compile_command
 
     compile_command.add_parser(psub)
