@@ -5,9 +5,12 @@ about half of its interpreted time (docs/performance.md). The rest (the
 pydantic settings, the cluster index, the server and CLI shells) stays
 interpreted, but for what every admission runs past the engine:
 ``webhook/review.py`` (the review read and answered), ``webhook/log_line.py``
-(the line per admission) and ``webhook/server/metrics.py`` (the requests
-counted). setup.py reads ``MODULES`` without importing the package, so
-this file imports nothing of it.
+(the line per admission), ``webhook/server/metrics.py`` (the requests
+counted), and the server's path of an admission from its body to its
+answer: ``server/handlers.py``, ``server/evaluation.py`` (the turns),
+``server/body.py`` and ``server/limits.py``: interpreted, their ~15 Python
+frames per admission cost ~20,000 instructions more (docs/performance.md). setup.py reads ``MODULES`` without
+importing the package, so this file imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
 from one of its classes (mypyc refuses an interpreted subclass of a
@@ -73,6 +76,10 @@ MODULES = (
     "webhook.review",
     "webhook.log_line",
     "webhook.server.metrics",
+    "webhook.server.handlers",
+    "webhook.server.evaluation",
+    "webhook.server.body",
+    "webhook.server.limits",
 )
 
 

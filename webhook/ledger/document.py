@@ -67,7 +67,10 @@ from webhook.kube import names
 from webhook.policy import charge_bounds
 from webhook.policy.charges import Claims, Gpus, Holding, LedgerKey
 
-GROUP, VERSION, PLURAL, KIND = "gpu-admission.io", "v1alpha1", "gpuquotaledgers", "GPUQuotaLedger"
+GROUP: str = "gpu-admission.io"
+VERSION: str = "v1alpha1"
+PLURAL: str = "gpuquotaledgers"
+KIND: str = "GPUQuotaLedger"
 API_VERSION = f"{GROUP}/{VERSION}"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-admission"}
 

@@ -37,7 +37,8 @@ from webhook.policy.charges import Claims, Gpus
 
 #: models a charge names at most, and their characters together (commas included): a pod choosing
 #: among a dozen GPU models of 25 characters is charged as it names them
-MODELS_MAX, MODELS_TEXT_MAX = 32, 512
+MODELS_MAX: int = 32
+MODELS_TEXT_MAX: int = 512
 #: characters of a charge's GPU resources and counts (``nvidia.com/gpu=1``: 16; a pod asks for one
 #: resource, or a few MIG profiles)
 GPUS_TEXT_MAX = 256
