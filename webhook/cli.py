@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from webhook.registry import flags
 from webhook.server.loop import CHOICES as EVENT_LOOPS
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNEXPECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: the reader of the output went away (``| head``): what a shell reports for a process SIGPIPE ended
+EXIT_READER_GONE = 141
 
 log = logging.getLogger("webhook")
 
@@ -40,9 +43,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FOUND
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception:
         log.exception("unexpected error")
         return EXIT_UNEXPECTED
+
+
+def _reader_gone() -> int:
+    """The output's reader closed it (``gpu-admission audit … | head``): no error to print, and the
+    rest of the output, which the interpreter flushes on its way out, goes nowhere instead of failing
+    again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_READER_GONE
 
 
 def _command(words: Sequence[str]) -> str | None:

@@ -1,13 +1,16 @@
-"""Exit codes: 0 nothing denied, 1 denials (or warnings with --fail-on warn), 2 usage, 3 unexpected."""
+"""Exit codes: 0 nothing denied, 1 denials (or warnings with --fail-on warn), 2 usage, 3 unexpected,
+141 the output's reader gone."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.audit.support import CLUSTER, GPU_POD, SHARED_POD, TOO_NEW_POD, audit, audit_process, write
-from tests.support import assert_crashed, break_the_engine, invalid_policies
+from tests.support import POLICIES, REPO, assert_crashed, break_the_engine, invalid_policies
 
 
 def test_0_when_nothing_is_denied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,3 +57,15 @@ def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
     break_the_engine(monkeypatch)
     path = str(write(tmp_path / "p.yaml", GPU_POD))
     assert_crashed(lambda *args: audit(capsys, *args, path))
+
+
+def test_141_and_nothing_said_when_the_reader_of_the_output_goes_away(tmp_path: Path) -> None:
+    # `gpu-admission audit ... | head -1`: head reads one line and exits; the audit's next writes fail
+    path = str(write(tmp_path / "p.yaml", "---\n".join([GPU_POD] * 2000)))
+    audit = subprocess.Popen([sys.executable, "-m", "webhook", "audit", "--policies", str(POLICIES), path], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert audit.stdout is not None and audit.stderr is not None
+    assert b"Pod ml-a/trainer" in audit.stdout.readline()
+    audit.stdout.close()
+    assert audit.wait(120) == 141
+    assert audit.stderr.read() == b""

@@ -15,10 +15,11 @@ EXIT_UNEXPECTED = 3
 def guarded(command: Callable[[], int], debug: bool, expected: Mapping[type[Exception], int]) -> int:
     """``command``'s exit code; an error of a type in ``expected`` is ``error: …`` on stderr and that
     type's code, a PolicyError goes on to the CLI (which prints every problem, with file and
-    field, and exits 2), and anything else is a crash (``crashed``)."""
+    field, and exits 2), as does a BrokenPipeError (the output's reader went away: the CLI exits
+    141 and prints nothing), and anything else is a crash (``crashed``)."""
     try:
         return command()
-    except PolicyError:
+    except (PolicyError, BrokenPipeError):  # (the CLI's to answer: every problem; a reader gone)
         raise
     except Exception as exc:  # noqa: BLE001 - the contract is exit 3 and one line
         code = next((code for kind, code in expected.items() if isinstance(exc, kind)), None)
