@@ -123,7 +123,10 @@ class LogOutput:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self.fd, view):]
+                # (the count bound first: compiled by mypyc, a slice of a memoryview evaluates its
+                # bounds twice, which here would write the data twice)
+                written = os.write(self.fd, view)
+                view = view[written:]
             except BlockingIOError:  # an output opened non-blocking: wait until it takes more
                 select.select([], [self.fd], [], 1.0)
             except OSError:  # closed or gone (EPIPE, EBADF): nothing to wait for
