@@ -55,8 +55,12 @@ def _reader_gone() -> int:
     rest of the output, which the interpreter flushes on its way out, goes nowhere instead of failing
     again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a descriptor (main called in-process)
+        pass
+    finally:
+        os.close(devnull)
     return EXIT_READER_GONE
 
 

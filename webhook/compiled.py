@@ -9,8 +9,9 @@ interpreted, but for what every admission runs past the engine:
 counted), and the server's path of an admission from its body to its
 answer: ``server/handlers.py``, ``server/evaluation.py`` (the turns),
 ``server/body.py`` and ``server/limits.py``: interpreted, their ~15 Python
-frames per admission cost ~20,000 instructions more (docs/performance.md). setup.py reads ``MODULES`` without
-importing the package, so this file imports nothing of it.
+frames per admission cost ~20,000 instructions more (docs/performance.md).
+setup.py reads ``MODULES`` without importing the package, so this file
+imports nothing of it.
 
 A module joins the list with every module holding a class that inherits
 from one of its classes (mypyc refuses an interpreted subclass of a
