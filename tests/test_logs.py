@@ -20,7 +20,9 @@ import pytest
 
 from tests.conftest import Pki, StartWebhook, Webhook
 from tests.support import REPO, corpus_reviews, listening_port, load_review
-from webhook import logs, review
+from webhook import log_line, logs, review
+from webhook.policy.decision import Decision
+from webhook.policy.finding import Finding
 from webhook.server import keys
 from webhook.view.snapshot import SnapshotView
 
@@ -280,6 +282,30 @@ async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
             "namespace": req["namespace"], "object": req["name"], "endpoint": "/validate", "verdict": "deny",
             "rules": ["gpu-validations/resourceShape"],
         }
+
+
+_FINDINGS = (
+    Finding("gpu-validations", "resourceShape", "enforce", "fractional GPUs: " + "0.5 " * 700),  # past the message's cut
+    Finding("gpu-validations", "cudaDriver", "audit", "CUDA 13.0 needs driver \udc00 580"),  # a lone surrogate
+    Finding("gpu-defaults", "shm", "enforce", "/dev/shm added", note="pass"),
+)
+
+
+@pytest.mark.parametrize("outcome", ["patch", "deny", "error", "audit", "warn", "allow"])
+@pytest.mark.parametrize("findings", [(), _FINDINGS], ids=["no findings", "findings"])
+def test_the_line_per_admission_is_the_line_its_fields_make(outcome: str, findings: tuple[Finding, ...]) -> None:
+    """The line per admission is made in one piece (log_line.decision_line); byte for byte what the
+    formatter makes of its fields, in every outcome, with a message past the cut and one that orjson refuses."""
+    parsed = review.parse_review(json.dumps(_denied_review(1)))
+    decision = Decision(allowed=outcome not in ("deny", "error"), warnings=("gpu-admission mutated: shm", "\udc00"),
+                        findings=findings)
+    when = logs.JsonFormatter().clock.text(1_790_000_000.25)
+    line = log_line.decision_line(when, "info", "webhook.server.handlers", "/validate", parsed, decision, outcome)
+    text, fields = log_line.decision_fields("/validate", parsed, decision, outcome)
+    assert line == log_line.json_line(when, "info", "webhook.server.handlers", f"{outcome}: {text}", fields)
+    entry = json.loads(line)
+    assert line.endswith(b"\n") and entry["verdict"] == outcome and entry["uid"] == parsed.uid
+    assert entry["rules"] == (["gpu-defaults/shm", "gpu-validations/cudaDriver", "gpu-validations/resourceShape"] if findings else [])
 
 
 @pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])

@@ -79,19 +79,44 @@ def dumps(entry: dict[str, Any]) -> bytes:
 def decision_fields(endpoint: str, parsed: review.Review, decision: Decision, outcome: str) -> tuple[str, dict[str, Any]]:
     """What the line per admission says of ``decision`` (its ``outcome``: "patch", "deny", "error",
     "audit", "warn" or "allow"): the text after the outcome, and the line's fields."""
-    if outcome == "deny" or outcome == "error":
-        text = decision.message() or "; ".join(decision.warnings)
-    elif outcome == "audit":
-        text = "; ".join(review.audit_findings(decision))
-    else:  # a patch (the warning says what was mutated), or what was allowed and warned about
-        text = "; ".join(decision.warnings)
     req = parsed.request
-    findings = decision.findings
-    rules: list[str] = []
-    if findings:
-        rules = sorted({f.policy + "/" + f.rule for f in findings})
     fields: dict[str, Any] = {
         "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
-        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": rules,
+        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": _rules(decision),
     }
-    return text, fields
+    return _text(decision, outcome), fields
+
+
+def decision_line(when: str, level: str, logger: str, endpoint: str, parsed: review.Review, decision: Decision,
+                  outcome: str) -> bytes:
+    """The JSON line per admission, newline included: what ``json_line(when, level, logger, f"{outcome}: {text}",
+    fields)`` makes of ``decision_fields``, byte for byte, built as one map (the line's keys in its order)
+    rather than a map of fields copied into the line's; the line is made on every patched or denied
+    admission (-3,200 instructions of ~314,000 per admission of the training pod, bench/instructions.py)."""
+    msg = outcome + ": " + _text(decision, outcome)
+    if len(msg) > MAX_MESSAGE_CHARS:
+        msg = cut(msg, MAX_MESSAGE_CHARS)
+    req = parsed.request
+    return dumps({
+        "time": when, "level": level, "logger": logger, "msg": msg,
+        "uid": parsed.uid, "kind": req.kind, "operation": req.operation, "namespace": req.namespace,
+        "object": req.name, "endpoint": endpoint, "verdict": outcome, "rules": _rules(decision),
+    })
+
+
+def _text(decision: Decision, outcome: str) -> str:
+    """The line's text after its outcome."""
+    if outcome == "deny" or outcome == "error":
+        return decision.message() or "; ".join(decision.warnings)
+    if outcome == "audit":
+        return "; ".join(review.audit_findings(decision))
+    # a patch (the warning says what was mutated), or what was allowed and warned about
+    return "; ".join(decision.warnings)
+
+
+def _rules(decision: Decision) -> list[str]:
+    """The rules the line names: those with a finding, as policy/rule, sorted."""
+    findings = decision.findings
+    if not findings:
+        return []
+    return sorted({f.policy + "/" + f.rule for f in findings})

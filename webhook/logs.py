@@ -13,7 +13,8 @@ the line goes into a bounded buffer that a thread writes to stderr, so a
 stalled reader of stderr costs dropped (and counted) lines, never a stalled
 event loop. Making a line costs a few microseconds: orjson, no datetime
 object per line (the date and time part is made once a second), and for
-the one line per admission (``Output.fields``) no ``LogRecord`` either.
+the one line per admission no ``LogRecord`` either (``Output.fields``; in
+JSON, ``log_line.decision_line`` makes it in one piece).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._clock = Clock(utc=True)
+        #: the lines' times (the line per admission is made from it: webhook.server.handlers)
+        self.clock = Clock(utc=True)
 
     def format(self, record: logging.LogRecord) -> str:
         return self.line(record).decode().rstrip("\n")
@@ -70,7 +72,7 @@ class JsonFormatter(logging.Formatter):
 
     def fields_line(self, created: float, level: str, logger: str, msg: str, fields: Mapping[str, Any]) -> bytes:
         """What ``line`` gives for a record of these attributes and ``extra=fields``, without the record."""
-        return json_line(self._clock.text(created), _LOWER.get(level) or level.lower(), logger, msg, fields)
+        return json_line(self.clock.text(created), _LOWER.get(level) or level.lower(), logger, msg, fields)
 
 
 _LOWER: Final = {name: name.lower() for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
@@ -144,7 +146,8 @@ class Output(logging.Handler):
 
     def fields(self, logger: logging.Logger, level: int, msg: str, fields: Mapping[str, Any]) -> None:
         """The line ``logger.log(level, msg, extra=fields)`` would write through this handler, without a
-        LogRecord (~3 µs of the logging machinery). For the server's line per admission, where this handler
+        LogRecord (~3 µs of the logging machinery). For the server's line per admission in text (in JSON the
+        server makes it with ``log_line.decision_line`` and writes it to ``lines`` itself), where this handler
         is the only one (``configure`` installed it); the caller checked ``logger.isEnabledFor(level)``."""
         self.lines.write(self.formatter.fields_line(time.time(), _NAMES.get(level) or logging.getLevelName(level), logger.name, msg, fields))
 

@@ -14,7 +14,7 @@ from aiohttp.http import HttpVersion11
 
 from webhook import log_line, review
 from webhook.errors import RequestBodyError, ReviewError
-from webhook.logs import Output
+from webhook.logs import JsonFormatter, Output
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
 from webhook.registry.resolver import Resolver, unknown_images
@@ -309,6 +309,13 @@ def log_decision(output: Output | None, endpoint: str, parsed: review.Review, de
         level = logging.DEBUG
     if not log.isEnabledFor(level):  # allowed unchanged at INFO: no line, so no fields worked out for one
         return
+    if output is not None:
+        formatter = output.formatter
+        if type(formatter) is JsonFormatter:  # (the format in a pod: the line made in one piece, compiled)
+            when = formatter.clock.text(time.time())
+            output.lines.write(log_line.decision_line(
+                when, "info" if level == logging.INFO else "debug", log.name, endpoint, parsed, decision, outcome))
+            return
     text, fields = log_line.decision_fields(endpoint, parsed, decision, outcome)
     if output is not None:
         output.fields(log, level, f"{outcome}: {text}", fields)
