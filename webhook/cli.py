@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import sys
 from collections.abc import Sequence
+from typing import IO
 from pathlib import Path
 
 from webhook import __version__
@@ -44,10 +46,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return _reader_gone()
+        if output_closed(sys.stdout):
+            return _reader_gone()
+        log.exception("unexpected error")  # a pipe of another kind broke: a failure like any other
+        return EXIT_UNEXPECTED
     except Exception:
         log.exception("unexpected error")
         return EXIT_UNEXPECTED
+
+
+def output_closed(stream: IO[str]) -> bool:
+    """Whether the reader of ``stream`` (a pipe or a socket) went away: its descriptor polls as
+    failed (a write end of a pipe without a reader, a socket its peer shut). False for a stream
+    without a descriptor, and for a terminal, a file or a pipe still read."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)  # (POLLERR and POLLHUP come whatever is asked)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _reader_gone() -> int:

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.audit.support import CLUSTER, GPU_POD, SHARED_POD, TOO_NEW_POD, audit, audit_process, write
 from tests.support import POLICIES, REPO, assert_crashed, break_the_engine, invalid_policies
+from webhook import cli
 
 
 def test_0_when_nothing_is_denied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,3 +73,30 @@ def test_141_and_nothing_said_when_the_reader_of_the_output_goes_away(tmp_path: 
     audit.stdout.close()
     assert audit.wait(120) == 141
     assert audit.stderr.read() == b""
+
+
+def test_a_broken_pipe_is_the_reader_gone_only_when_the_output_is_a_pipe_without_a_reader() -> None:
+    """141 and silence only for an output whose reader went away; a BrokenPipeError from anywhere else
+    (a pipe the command itself wrote to) is an unexpected error, said and exit 3."""
+    read_end, write_end = os.pipe()
+    with open(write_end, "w") as output, open(read_end, "rb") as reader:
+        assert not cli.output_closed(output)  # read still
+        output.write("a line\n")
+        output.flush()
+        assert reader.readline() == b"a line\n"
+        assert not cli.output_closed(output)
+        reader.close()
+        assert cli.output_closed(output)  # its reader went away
+    with tempfile.TemporaryFile("w") as file:
+        assert not cli.output_closed(file)
+    assert not cli.output_closed(io.StringIO())  # no descriptor
+
+
+def test_3_when_a_pipe_other_than_the_output_breaks(tmp_path: Path) -> None:
+    # the audit's output read to the end, but a pipe of its own broke: not the reader gone
+    script = ("import sys\nfrom webhook import cli\ndef broken(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+              "cli._certs_generate = broken\n"
+              "sys.exit(cli.main(['certs', 'generate', '--out', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done
+    assert "unexpected error" in done.stderr and "BrokenPipeError" in done.stderr
