@@ -79,7 +79,7 @@ class RuleContext:
 
     __slots__ = (
         "request", "view", "phase", "policy", "step", "target", "is_gpu", "ns_labels", "builder", "sink", "spec", "spec_at",
-        "classes", "slots", "claims", "_device_classes", "_workload_class", "_extended_gpus", "_containers",
+        "classes", "slots", "claims", "_device_classes", "_workload_class", "_extended_gpus", "_containers", "ns_known",
     )
 
     def __init__(
@@ -110,6 +110,9 @@ class RuleContext:
         #: container → (the container as the builder's own, its JSON pointer): container_at; keyed
         #: by an int (its index, or -1 - index for an init container): no tuple built and hashed
         self._containers: dict[int, tuple[dict[str, Any], str]] | None = None
+        #: whether the view knows the request's namespace (None: not asked yet; the engine, which looked
+        #: the namespace up for its labels, says so: one call of the view per pod, not one per rule)
+        self.ns_known: bool | None = None
 
     def dry_run(self) -> RuleContext:
         """A copy whose rule writes into a scratch builder and records its changes apart, its findings
@@ -124,7 +127,17 @@ class RuleContext:
         clone.step = self.step
         # what this context already worked out holds for the copy
         clone._workload_class, clone._extended_gpus = self._workload_class, self._extended_gpus
+        clone.ns_known = self.ns_known
         return clone
+
+    def namespace_known(self) -> bool:
+        """Whether the cluster view knows the request's namespace (its labels in ``ns_labels`` are then the
+        namespace's own, not only the name label): a view not synced, or one that has not seen a namespace
+        just made, does not."""
+        known = self.ns_known
+        if known is None:
+            known = self.ns_known = self.view.namespace(self.request.namespace) is not None
+        return known
 
     @property
     def rule(self) -> str:

@@ -335,7 +335,8 @@ def _evaluate(
     lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
     if lifted:
         plans = _lifted_plans(policies, plans, lifted)
-    ns_labels = namespace_labels(view, namespace)
+    ns = view.namespace(namespace) if namespace else None
+    ns_labels, ns_known = _labels_of(ns, namespace), ns is not None
     builder = PatchBuilder(obj, policies.pointers, in_place)
     sink = Findings([], [])
     # policy by policy, each on every pod spec it applies to; one context per pod spec, made when a
@@ -348,7 +349,7 @@ def _evaluate(
             if plan.gpu_only and not gpu_pods[index]:
                 continue
             ctx = contexts[index] or _context(
-                policies, request, view, phase, plan.policy, target, ns_labels, builder, sink, slots[index],
+                policies, request, view, phase, plan.policy, target, ns_labels, ns_known, builder, sink, slots[index],
                 claims[index], device_classes,
             )
             contexts[index] = ctx
@@ -371,10 +372,11 @@ def workload_classes(policies: PolicySet, request: Request, view: ClusterView, p
     if paths is None or not isinstance(obj, dict) or not policies.active_policies:
         return ()
     targets, slots, claims, _, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
-    ns_labels = namespace_labels(view, request.namespace)
+    ns = view.namespace(request.namespace) if request.namespace else None
+    ns_labels = _labels_of(ns, request.namespace)
     builder, sink, policy = PatchBuilder(obj, policies.pointers, False), Findings([], []), policies.active_policies[0]
     return tuple(
-        _context(policies, request, view, phase, policy, target, ns_labels, builder, sink, slots[index],
+        _context(policies, request, view, phase, policy, target, ns_labels, ns is not None, builder, sink, slots[index],
                  claims[index] if claims is not None else None, device_classes).workload_class
         for index, target in enumerate(targets)
     )
@@ -423,15 +425,17 @@ def _pod_specs(
 
 def _context(
     policies: PolicySet, request: Request, view: ClusterView, phase: Phase, policy: schema.GPUPolicy, target: PodTarget,
-    ns_labels: dict[str, str], builder: PatchBuilder, sink: Findings, slots: resources.Slots,
+    ns_labels: dict[str, str], ns_known: bool, builder: PatchBuilder, sink: Findings, slots: resources.Slots,
     claims: claim_gpus.PodClaims | None, device_classes: Mapping[str, DeviceClassInfo],
 ) -> RuleContext:
     # positional: keyword arguments cost as much again on every admission; the
     # policy, its matcher and the rule are set again before each rule runs
-    return RuleContext(
+    ctx = RuleContext(
         request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
         builder.owned(target.spec_path), policies.classifier, slots, claims, device_classes,
     )
+    ctx.ns_known = ns_known  # (the view asked once, for the labels)
+    return ctx
 
 
 def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: resources.Slots) -> None:
@@ -463,8 +467,12 @@ def _claims(
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
     """The namespace's labels, with the name label the API server always sets."""
+    return _labels_of(view.namespace(namespace) if namespace else None, namespace)
+
+
+def _labels_of(ns: Mapping[str, Any] | None, namespace: str) -> dict[str, str]:
+    """``namespace_labels`` of the Namespace object ``ns`` (None: one the view does not know)."""
     labels: dict[str, str] = {}
-    ns = view.namespace(namespace) if namespace else None
     if ns is not None:
         raw = (ns.get("metadata") or {}).get("labels") or {}
         labels.update({str(k): str(v) for k, v in raw.items()})

@@ -79,7 +79,7 @@ def _labels(ctx: RuleContext) -> Mapping[str, str] | None:
     not judged, rather than judged from labels it may well have. A request reaches the webhooks only for
     a namespace labelled by the platform, which tenants cannot make; the compiled policies read the
     namespace from kube-apiserver and always judge (docs/compiled-policies.md)."""
-    return ctx.ns_labels if ctx.view.namespace(ctx.request.namespace) is not None else None
+    return ctx.ns_labels if ctx.namespace_known() else None
 
 
 def _cluster_default(ctx: RuleContext, name: object) -> bool:
