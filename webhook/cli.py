@@ -12,7 +12,7 @@ import os
 import select
 import sys
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, Final
 from pathlib import Path
 
 from webhook import __version__
@@ -93,6 +93,13 @@ def _command(words: Sequence[str]) -> str | None:
     return None
 
 
+#: what a command's parser imports besides the server's modules: "compiler", the CEL compiler of
+#: ``policies compile``; "audit", the audit commands (audit, test, report) and the cluster's modules.
+#: A command not named here (an audit command, or none: ``--help``) has everything.
+_IMPORTS: Final = {"serve": frozenset[str](), "certs": frozenset[str](), "policies": frozenset({"compiler"})}
+_EVERYTHING: Final = frozenset({"compiler", "audit"})
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser for ``command`` (None: every command's, as ``--help`` lists them). What a
     command does not parse is not imported: the audit commands (audit, test, report) import the
@@ -105,8 +112,9 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _certs_parser(sub)
-    _policies_parser(sub, compiler=command not in ("serve", "certs"))
-    if command in ("serve", "certs", "policies"):
+    needs = _IMPORTS.get(command or "", _EVERYTHING)
+    _policies_parser(sub, compiler="compiler" in needs)
+    if "audit" not in needs:
         return parser
     from webhook import audit
     from webhook.audit import report_command, suite
