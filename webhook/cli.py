@@ -12,8 +12,8 @@ import os
 import select
 import sys
 from collections.abc import Sequence
-from typing import IO, Final
 from pathlib import Path
+from typing import IO, Final
 
 from webhook import __version__
 from webhook.cluster.config import ClusterConfigError

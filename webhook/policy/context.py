@@ -87,7 +87,7 @@ class RuleContext:
         mode: schema.Mode, target: PodTarget, is_gpu: resources.ResourceMatcher, ns_labels: Mapping[str, str],
         builder: PatchBuilder, sink: Findings, spec: dict[str, Any] | None = None,
         classes: match.Classifier = _NO_CLASSES, slots: resources.Slots = _NO_SLOTS, claims: PodClaims | None = None,
-        device_classes: Mapping[str, DeviceClassInfo] | None = None,
+        device_classes: Mapping[str, DeviceClassInfo] | None = None, ns_known: bool | None = None,
     ) -> None:
         self.request, self.view, self.phase, self.policy = request, view, phase, policy
         #: the rule running, its mode and its policy's name, set by the engine before each rule
@@ -112,7 +112,7 @@ class RuleContext:
         self._containers: dict[int, tuple[dict[str, Any], str]] | None = None
         #: whether the view knows the request's namespace (None: not asked yet; the engine, which looked
         #: the namespace up for its labels, says so: one call of the view per pod, not one per rule)
-        self.ns_known: bool | None = None
+        self.ns_known = ns_known
 
     def dry_run(self) -> RuleContext:
         """A copy whose rule writes into a scratch builder and records its changes apart, its findings
@@ -122,12 +122,11 @@ class RuleContext:
         clone = RuleContext(
             self.request, self.view, self.phase, self.policy, self.step[0], self.step[1], self.target, self.is_gpu,
             self.ns_labels, builder, Findings(findings=self.sink.findings), builder.owned(self.target.spec_path),
-            self.classes, self.slots, self.claims, self._device_classes,
+            self.classes, self.slots, self.claims, self._device_classes, self.ns_known,
         )
         clone.step = self.step
         # what this context already worked out holds for the copy
         clone._workload_class, clone._extended_gpus = self._workload_class, self._extended_gpus
-        clone.ns_known = self.ns_known
         return clone
 
     def namespace_known(self) -> bool:

@@ -335,8 +335,7 @@ def _evaluate(
     lifted = policies.exceptions and _lifted(policies, request, obj)  # (most policy sets have no exceptions)
     if lifted:
         plans = _lifted_plans(policies, plans, lifted)
-    ns = view.namespace(namespace) if namespace else None
-    ns_labels, ns_known = _labels_of(ns, namespace), ns is not None
+    ns_labels, ns_known = _namespace(view, namespace)
     builder = PatchBuilder(obj, policies.pointers, in_place)
     sink = Findings([], [])
     # policy by policy, each on every pod spec it applies to; one context per pod spec, made when a
@@ -372,11 +371,10 @@ def workload_classes(policies: PolicySet, request: Request, view: ClusterView, p
     if paths is None or not isinstance(obj, dict) or not policies.active_policies:
         return ()
     targets, slots, claims, _, device_classes = _pod_specs(policies, request, obj, paths, view, phase)
-    ns = view.namespace(request.namespace) if request.namespace else None
-    ns_labels = _labels_of(ns, request.namespace)
+    ns_labels, ns_known = _namespace(view, request.namespace)
     builder, sink, policy = PatchBuilder(obj, policies.pointers, False), Findings([], []), policies.active_policies[0]
     return tuple(
-        _context(policies, request, view, phase, policy, target, ns_labels, ns is not None, builder, sink, slots[index],
+        _context(policies, request, view, phase, policy, target, ns_labels, ns_known, builder, sink, slots[index],
                  claims[index] if claims is not None else None, device_classes).workload_class
         for index, target in enumerate(targets)
     )
@@ -429,13 +427,12 @@ def _context(
     claims: claim_gpus.PodClaims | None, device_classes: Mapping[str, DeviceClassInfo],
 ) -> RuleContext:
     # positional: keyword arguments cost as much again on every admission; the
-    # policy, its matcher and the rule are set again before each rule runs
-    ctx = RuleContext(
+    # policy, its matcher and the rule are set again before each rule runs; ns_known: from the one
+    # lookup of the namespace that found its labels
+    return RuleContext(
         request, view, phase, policy, "", "enforce", target, policies.any_gpu, ns_labels, builder, sink,
-        builder.owned(target.spec_path), policies.classifier, slots, claims, device_classes,
+        builder.owned(target.spec_path), policies.classifier, slots, claims, device_classes, ns_known,
     )
-    ctx.ns_known = ns_known  # (the view asked once, for the labels)
-    return ctx
 
 
 def _run_plan(ctx: RuleContext, plan: _PolicyPlan, slots: resources.Slots) -> None:
@@ -467,7 +464,13 @@ def _claims(
 
 def namespace_labels(view: ClusterView, namespace: str) -> dict[str, str]:
     """The namespace's labels, with the name label the API server always sets."""
-    return _labels_of(view.namespace(namespace) if namespace else None, namespace)
+    return _namespace(view, namespace)[0]
+
+
+def _namespace(view: ClusterView, namespace: str) -> tuple[dict[str, str], bool]:
+    """``namespace_labels``, and whether the view knows the namespace (one call of the view)."""
+    ns = view.namespace(namespace) if namespace else None
+    return _labels_of(ns, namespace), ns is not None
 
 
 def _labels_of(ns: Mapping[str, Any] | None, namespace: str) -> dict[str, str]:
