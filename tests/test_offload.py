@@ -27,7 +27,7 @@ spec:
 """
 
 
-def _pod(gpus: str, *, claims: bool = False) -> dict[str, Any]:
+def _pod(gpus: object, *, claims: bool = False) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
     if claims:
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
@@ -112,6 +112,20 @@ def test_pod_specs_with_gpu_quantities_cel_cannot_judge_are_judged_whole_by_the_
     assert _messages(slimmed, _pod(gpus)) == _messages(plain, _pod(gpus))  # (a fraction, or nothing)
     assert offload.left_to_webhook(_pod(gpus)["spec"], plain.any_gpu)
     assert not offload.left_to_webhook(_pod("0.5")["spec"], plain.any_gpu)  # PLAIN: the compiled policy says it
+
+
+@pytest.mark.parametrize("gpus", [1e100, 10**50, 2**63, 2**64, 1e-300])
+def test_gpu_counts_as_json_numbers_cel_cannot_judge_are_judged_whole_by_the_webhook(gpus: object) -> None:
+    # a custom resource's pod template may give a GPU count as a JSON number: 1e100 passed the compiled
+    # policy (to CEL a double is a valid, whole quantity) and the slimmed webhook, which left it to CEL
+    plain, slimmed = loader.load_text(SHAPE), _shape_policies()
+    nodes = SnapshotView.from_objects([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+                                        "status": {"allocatable": {"nvidia.com/gpu": "8"}}}])
+    assert offload.left_to_webhook(_pod(gpus)["spec"], plain.any_gpu)
+    # no quantity, or more than any node offers
+    assert _messages(slimmed, _pod(gpus), nodes) == _messages(plain, _pod(gpus), nodes) != ""
+    for judged in (2, 1.5, 1500000.0):  # the compiled policy judges these alike
+        assert not offload.left_to_webhook(_pod(judged)["spec"], plain.any_gpu)
 
 
 def test_a_policy_changed_since_it_was_compiled_runs_whole() -> None:

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhook.kube.quantity import is_whole, parse_quantity
+from webhook.kube.quantity import is_edge, is_whole, parse_quantity
 
 INT64_MAX = Decimal(2**63 - 1)
 
@@ -48,3 +48,27 @@ def test_huge_inputs_stay_cheap() -> None:
     assert parse_quantity("9" * 100000) == Decimal("1e1000")
     assert parse_quantity("1e999999999") == Decimal("1e1000")
     assert parse_quantity("0." + "0" * 100000 + "1") == Decimal("1e-9")
+
+
+@pytest.mark.parametrize("value", [
+    # kube-apiserver holds these JSON numbers as doubles (beyond int64, or tiny) and writes them back as
+    # digits or in exponent form: CEL cannot judge them as the webhook does (1e100 is no quantity to the
+    # webhook and was "valid and whole" to CEL; 2**63 was "a fraction"), so the webhook judges them
+    1e100, 1e42, 10**50, 2**63, 2**64, -2**63, -(2**63) - 1, 1e20, 10**20, float(2**63), -9.3e18, 1e-300, -1e-41,
+    float("inf"),
+])
+def test_json_numbers_cel_cannot_judge_are_edges(value: object) -> None:
+    assert is_edge(value)
+
+
+@pytest.mark.parametrize("value", [
+    0, 1, 8, -1, 2**63 - 1, -(2**63) + 1, 0.0, 1.5, 2.0, 1500000.0, 1e18, -2.5, 1e-40, 1e-7, 9.2e18, True, False, None,
+    "8", "0.5", "2000m", [1], {"a": 1},
+])
+def test_json_numbers_cel_judges_alike_are_not_edges(value: object) -> None:
+    assert not is_edge(value)
+
+
+def test_the_edge_between_a_judged_double_and_an_edge_is_2_to_the_63() -> None:
+    below = 9223372036854774784.0  # the largest double below 2^63
+    assert not is_edge(below) and not is_edge(int(below)) and is_edge(float(2**63)) and is_edge(2**63)

@@ -163,6 +163,10 @@ _CLASSES_NAMED = {"priorityClassName": "gpu-inference", "runtimeClassName": "nvi
 #: quantities at the edges of Kubernetes' grammar and of int64 (#43 item 3)
 EDGE_QUANTITIES = ["10E", "1e41", "1_0", "1e0Ki", "1.5Gi", "0.9999999999", "1" + "0" * 20, "+", "e3", "1.", "16Ei",
                    "2000m", "1E", "-1e3", "1e-3"]
+#: GPU counts given as JSON numbers, which a custom resource keeps as numbers: kube-apiserver holds one beyond
+#: int64 as a double, and CEL judged 1e100 valid and whole (stored through the compiled policies, refused by
+#: the webhook) and 2**63 "a fraction"
+EDGE_NUMBERS: list[Any] = [1e100, 1e42, 10**50, 2**63, 2**64, -(2**63), 1e-300, 1500000.0, 2.5, -1e-5, 1e18, 3]
 
 
 def _edge_items() -> list[Item]:
@@ -178,6 +182,8 @@ def _edge_items() -> list[Item]:
     for i, text in enumerate(EDGE_QUANTITIES):
         items.append(Item(f"quantity {text!r} in a Pod", _pod(f"quantity-{i}", {"nvidia.com/gpu": text}), NAMESPACE))
         items.append(Item(f"quantity {text!r} in a PyTorchJob", _pytorch_job(f"quantity-{i}", text), NAMESPACE))
+    for i, number in enumerate(EDGE_NUMBERS):
+        items.append(Item(f"GPU count {number!r} as a JSON number in a PyTorchJob", _pytorch_job(f"number-{i}", number), NAMESPACE))
     return items
 
 

@@ -103,8 +103,12 @@ def _whole(value: str) -> str:
     # isInteger() is false for a negative scale ("2000m"); such a PLAIN value is below 10^9, where a
     # double holds every integer: whole when it equals the integer its double truncates to
     small = "q.compareTo(quantity(string(int(q.asApproximateFloat())))) == 0"
+    # a double: whole when it is beyond int64 (every double from 2^53 up is) or equals its int (told by its
+    # value: its text can be "1.5e+06")
+    double = (f"{value} <= -9223372036854775808.0 || {value} >= 9223372036854775808.0 || "
+              f"double(int({value})) == {value}")
     return (f"(type({value}) == string ? [quantity({value})].map(q, q.isInteger() || {beyond} || {small})[0] : "
-            f"(type({value}) == double ? !string({value}).contains('.') && !string({value}).contains('e-') : true))")
+            f"(type({value}) == double ? ({double}) : true))")
 
 
 def _shown(value: str) -> str:

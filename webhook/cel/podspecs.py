@@ -293,7 +293,15 @@ def targets(raw: str, any_gpu: Sequence[str], classes: str | None, every: str = 
 
 
 def _edge(values: str, n: str) -> str:
-    """``quantity.is_edge`` of ``values[n]``: a valid quantity CEL cannot judge exactly (``offload.left_to_webhook``)."""
+    """``quantity.is_edge`` of ``values[n]``: a valid quantity CEL cannot judge exactly (``offload.left_to_webhook``),
+    or a double it cannot judge as the webhook does (every edge here is one there: the webhook judges it)."""
     value = f"{values}[{n}]"
-    return (f"({n} in {values} && type({value}) == string && !{value}.matches({cel.quote('^(' + quantity.PLAIN + ')$')}) && "
-            f"isQuantity({value}))")
+    return (f"({n} in {values} && ((type({value}) == string && !{value}.matches({cel.quote('^(' + quantity.PLAIN + ')$')}) && "
+            f"isQuantity({value})) || (type({value}) == double && !{_judged_double(value)})))")
+
+
+def _judged_double(value: str) -> str:
+    """Whether the double ``value`` is one CEL judges as the webhook does (``quantity.is_edge``: zero, or of
+    magnitude from 10^-40 below 2^63; an int is an int64, always judged)."""
+    return (f"({value} == 0.0 || ({value} >= 1e-40 && {value} < 9223372036854775808.0) || "
+            f"({value} <= -1e-40 && {value} > -9223372036854775808.0))")

@@ -141,9 +141,27 @@ PLAIN = (r"[+-]?[0-9]{0,9}(\.[0-9]{0,9})?|[+-]?[0-9]{0,9}([kMGTPE]|[eE]\+?[0-9]{
 _PLAIN = re.compile(PLAIN, re.ASCII)
 
 
+#: the magnitudes of a JSON number the compiled policies judge (``is_edge``): an int64 (beyond it,
+#: kube-apiserver holds the number as a double, and CEL cannot tell a whole one from a fraction by
+#: its text) and, as a double, from 10^-40 (the webhook's bound) up to 2^63
+_NUMBER_LOW, _NUMBER_HIGH = 1e-40, 2**63
+
+
 def is_edge(value: object) -> bool:
-    """A valid quantity string outside ``PLAIN``."""
-    return type(value) is str and not _PLAIN.fullmatch(value) and parse_quantity(value) is not None
+    """A valid quantity string outside ``PLAIN``, or a JSON number outside what the compiled policies
+    judge as the webhook does: an integer that is no int64 (the one int64 at -2^63 too, which a double
+    can be), a non-zero number of magnitude below 10^-40 or from 2^63 up. (``webhook.cel.podspecs``
+    has these edges in CEL; on each side they are told by the value, however kube-apiserver writes
+    the number: every one CEL calls an edge is one here, so the webhook judges what CEL leaves.)"""
+    if isinstance(value, str):
+        return not _PLAIN.fullmatch(value) and parse_quantity(value) is not None
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -_NUMBER_HIGH < value < _NUMBER_HIGH
+    if isinstance(value, float):
+        return value != 0 and not _NUMBER_LOW <= abs(value) < _NUMBER_HIGH
+    return False
 
 
 def is_whole(value: Decimal) -> bool:
