@@ -165,3 +165,44 @@ def test_a_pod_no_affinity_can_steer_is_refused_with_why() -> None:
     policies = _with_validations("unsteerable: deny ", "unsteerable: warn ")
     judged = engine.evaluate(policies, Request.for_object(mutated), view, "validate")
     assert judged.allowed and any("could steer" in w for w in judged.warnings), judged.warnings
+
+
+def _template(kind: str, image: str, tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": image,
+                                            "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "8Gi"}}}]}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "t", "namespace": "ml"},
+            "spec": {"selector": {"matchLabels": {"app": "t"}},
+                     "template": {"metadata": {"labels": {"app": "t"}}, "spec": spec}}}
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _cuda_findings(obj: dict[str, Any], nodes: list[dict[str, Any]]) -> tuple[bool, list[Any]]:
+    judged = engine.evaluate(shipped_policies(), Request.for_object(obj), SnapshotView.from_objects(nodes), "validate")
+    return judged.allowed, [f for f in judged.findings if f.rule == "cudaDriver"]
+
+
+def test_a_daemon_set_whose_pods_cannot_be_steered_is_refused_where_a_deployment_is_not() -> None:
+    # CUDA 12.4 runs on the A100s and the H100, not on the GeForce (one driver, two products: #40)
+    image = "nvidia/cuda:12.4.1-runtime-ubuntu22.04"
+    # control: a Deployment's pods are steered onto the capable nodes when they are created
+    allowed, [note] = _cuda_findings(_template("Deployment", image), MIXED)
+    assert allowed and "its pods will be steered onto them" in note.message, note
+    # a DaemonSet that tolerates the GPU nodes gets a pod bound to each, the GeForce too: refused, with why
+    allowed, [finding] = _cuda_findings(_template("DaemonSet", image, [GPU_TOLERATION]), MIXED)
+    assert not allowed and "only 3 of 4 node(s)" in finding.message, finding
+    assert "a DaemonSet's pods are bound to every node" in finding.message, finding
+    # one that selects only the capable nodes is admitted
+    pinned = _template("DaemonSet", image, [GPU_TOLERATION])
+    pinned["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": A100}
+    assert _cuda_findings(pinned, MIXED) == (True, [])
+
+
+def test_a_daemon_set_without_the_gpu_toleration_is_not_taken_for_one_with_it() -> None:
+    # its controller puts pods only on nodes its template tolerates: every GPU node here is tainted, so
+    # none gets a pod (not "3 of 4 will be steered", as if the pods got the toleration)
+    allowed, [note] = _cuda_findings(_template("DaemonSet", "nvidia/cuda:12.4.1-runtime-ubuntu22.04"), MIXED)
+    assert allowed and "no known node matches" in note.message, note

@@ -223,11 +223,19 @@ def _data_center(cfg: CudaDriverRule, node: Node, device_product: str) -> bool:
 def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[str, Any]]:
     """Tolerations the pod will have that its spec may not show yet."""
     implied: list[Mapping[str, Any]] = []
-    if not ctx.target.is_pod:
+    if not ctx.target.is_pod and not _daemon_set(ctx):
         # a template's pods get the GPU tolerations when they are created
-        # (this webhook's mutation, or the ExtendedResourceToleration plugin)
+        # (this webhook's mutation, or the ExtendedResourceToleration plugin); not a
+        # DaemonSet's: its controller picks their nodes by the template's own tolerations
         implied.extend({"key": key, "operator": "Exists"} for key in cfg.templateTolerates)
     return implied
+
+
+def _daemon_set(ctx: RuleContext) -> bool:
+    """Is the pod spec a DaemonSet's template? Its controller puts a pod on every node the template
+    selects and tolerates, bound to that node: nothing added to the pods moves them."""
+    request = ctx.request
+    return request.kind == "DaemonSet" and request.group == "apps" and not ctx.target.is_pod
 
 
 def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes: _Nodes) -> None:
@@ -257,6 +265,10 @@ def _partial(ctx: RuleContext, cfg: CudaDriverRule, nodes: _Nodes, needs: Sequen
              path: str) -> None:
     if cfg.partial != "steer":
         severity.report(ctx, cfg.partial, f"{message}; pin it with node affinity on {cuda.DRIVER_FULL}", path)
+    elif _daemon_set(ctx):
+        severity.report(ctx, cfg.unsteerable, f"{message}; a DaemonSet's pods are bound to every node its template "
+                        f"selects, which no affinity added to them moves: select only the capable nodes in the "
+                        f"template (node affinity on {cuda.DRIVER_FULL}), or use an image they all run", path)
     elif not ctx.target.is_pod:
         ctx.note(f"{message}; its pods will be steered onto them", path, result="pass")
     elif _steering(cfg, nodes, needs):
