@@ -118,9 +118,10 @@ class SecurityContextRule(RuleBase):
     allowedCapabilities: list[str] = Field(default=["NET_BIND_SERVICE"], description="capabilities.add allowed in enforce")
 
     @cached_property
-    def unset_pod_defaults(self) -> tuple[tuple[str, Any], ...]:
+    def unset_pod_defaults(self) -> dict[str, Any]:
         """What the pod's securityContext gets when nothing asks for root and nothing is set (seccomp aside);
-        the rule leaves out of it what a pod's own settings rule out."""
+        the rule leaves out of it what a pod's own settings rule out. Shared: the rule writes a copy (a
+        dict's copy, not one built from pairs, on every admission)."""
         wanted: dict[str, Any] = {"runAsNonRoot": True}
         if self.runAsUser is not None:
             wanted["runAsUser"] = self.runAsUser
@@ -129,7 +130,7 @@ class SecurityContextRule(RuleBase):
         if self.fsGroup is not None:
             # OnRootMismatch: no recursive chown of every volume at each start
             wanted.update(fsGroup=self.fsGroup, fsGroupChangePolicy="OnRootMismatch")
-        return tuple(wanted.items())
+        return wanted
 
 
 class ClassChoice(Model):
