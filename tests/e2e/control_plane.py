@@ -31,8 +31,8 @@ PACKING = "e2e-packing"
 SPREADING = "e2e-spreading"
 #: the only version whose scheduler and controller-manager install.sh ships
 VERSION = "1.36.2"
-CONTROLLERS = ("deployment-controller", "replicaset-controller", "job-controller", "resourceclaim-controller",
-               "garbage-collector-controller")
+CONTROLLERS = ("deployment-controller", "replicaset-controller", "job-controller", "daemonset-controller",
+               "resourceclaim-controller", "garbage-collector-controller")
 BINARIES = ("kube-scheduler", "kube-controller-manager")
 
 #: what NodeResourcesFit scores, in both profiles: GPUs first, so one GPU decides between nodes

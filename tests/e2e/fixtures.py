@@ -132,6 +132,12 @@ def deployment(name: str, namespace: str, *containers: Object) -> Object:
     }
 
 
+def daemon_set(name: str, namespace: str, *containers: Object, **spec: Any) -> Object:
+    template = template_of(pod(name, namespace, *containers, **spec))
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": template}}
+
+
 def replication_controller(name: str, namespace: str, *containers: Object) -> Object:
     template = template_of(pod(name, namespace, *containers))
     return {

@@ -151,6 +151,13 @@ def kind_index(kinds: Iterable[KindPaths]) -> dict[tuple[str, str], KindPaths]:
     return {(k.group, k.kind): k for k in kinds}
 
 
+def binds_to_nodes(group: str, kind: str, target: PodTarget) -> bool:
+    """Is ``target`` a DaemonSet's pod template? Its controller puts a pod on every node the template
+    selects and tolerates, bound to that node, whatever the pod asks for: the template's own tolerations
+    and selectors place its pods, and nothing added to a pod moves it."""
+    return kind == "DaemonSet" and group == "apps" and not target.is_pod
+
+
 def is_windows(spec: Mapping[str, Any]) -> bool:
     """A pod spec for Windows nodes (no /dev/shm, no Linux security fields, no Linux runtime class):
     ``os.name: windows``, or, in pods written before that field (and still common), a

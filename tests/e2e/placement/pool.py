@@ -104,7 +104,8 @@ class Pool:
         in_parallel(lambda name: self.admin.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}),
                     self.nodes)
         for namespace in self.namespaces:
-            for api_version, kind in (("apps/v1", "Deployment"), ("batch/v1", "Job"), ("apps/v1", "ReplicaSet")):
+            for api_version, kind in (("apps/v1", "Deployment"), ("batch/v1", "Job"), ("apps/v1", "ReplicaSet"),
+                                      ("apps/v1", "DaemonSet")):
                 resource = self.admin.dynamic.resources.get(api_version=api_version, kind=kind)
                 for obj in self.admin.list(api_version, kind, namespace):
                     # a Job's dependents are orphaned by default: background, as kubectl deletes

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from webhook.gpu import cuda, images, products, resources
 from webhook.gpu.forward_compat import Branch
-from webhook.kube import affinity, dra
+from webhook.kube import affinity, dra, workload
 from webhook.kube.patch import pointer
 from webhook.kube.value_text import text
 from webhook.kube.workload import field_path
@@ -232,10 +232,7 @@ def _implied_tolerations(ctx: RuleContext, cfg: CudaDriverRule) -> list[Mapping[
 
 
 def _daemon_set(ctx: RuleContext) -> bool:
-    """Is the pod spec a DaemonSet's template? Its controller puts a pod on every node the template
-    selects and tolerates, bound to that node: nothing added to the pods moves them."""
-    request = ctx.request
-    return request.kind == "DaemonSet" and request.group == "apps" and not ctx.target.is_pod
+    return workload.binds_to_nodes(ctx.request.group, ctx.request.kind, ctx.target)
 
 
 def _judge(ctx: RuleContext, cfg: CudaDriverRule, needs: Sequence[_Need], nodes: _Nodes) -> None:

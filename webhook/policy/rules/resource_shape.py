@@ -8,15 +8,17 @@ appear. This rule says so at apply time, with where and what to write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from typing import Any
 
 from webhook.gpu import mig, resources
-from webhook.kube import quantity, value_text
+from webhook.kube import quantity, value_text, workload
 from webhook.kube.patch import pointer
 from webhook.policy import severity
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.validation import ResourceShapeRule
+from webhook.view import nodegroups, scheduling
 
 PHASES = ("validate",)
 
@@ -46,6 +48,8 @@ def run_rest(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
         counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
         if counts:
             _check_node_capacity(ctx, counts)
+            if workload.binds_to_nodes(ctx.request.group, ctx.request.kind, ctx.target):
+                _check_daemon_set_nodes(ctx, counts)
 
 
 def _check_container(
@@ -167,3 +171,41 @@ def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> Non
             ctx.report(f"{ctx.where()}: asks for {count} {name} in one pod, more than any node offers "
                        f"(largest: {largest} on {node}); split the work across pods", _pointer(ctx, "containers"))
 
+
+
+def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
+    """A DaemonSet's pods go to every node its template selects and tolerates, whatever they ask for
+    (webhook.kube.workload.binds_to_nodes): warn of the nodes it reaches that cannot run its pods (they
+    stay Pending there), and of a template that reaches none of the nodes that offer its GPUs. One
+    warning, short: kube-apiserver cuts a warning past 256 characters."""
+    groups = ctx.view.node_groups()
+    reaching = scheduling.NodeFilter(ctx.spec, {}).placements(groups)
+    reached = sum(p.nodes for p in reaching)
+    fits = scheduling.NodeFilter(ctx.spec, counts)
+    fitting = sum(p.nodes for p in fits.placements(groups))
+    asks = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
+    taints: list[str] = []
+    offering: list[scheduling.Placement] = []
+    if not fitting:
+        # the nodes that offer its GPUs, whatever their taints: the ones the template does not tolerate
+        offering = scheduling.NodeFilter({**ctx.spec, "tolerations": [{"operator": "Exists"}]}, counts).placements(groups)
+        taints = sorted({f"{value_text.text(t.get('key'))}:{value_text.text(t.get('effect'))}"
+                         for p in offering for t in nodegroups.blocking_taints(p.node)})
+    if reached == fitting and not taints:
+        return
+    found, fixes = [], []
+    if reached > fitting:
+        short = next(p.node for p in reaching if not fits.admits(p.node))
+        found.append(f"{reached - fitting} of {reached} node(s) without {asks} ({_name(groups, short)}: Pending)")
+        fixes.append("select nvidia.com/gpu.present=true")
+    if taints:
+        offered = sum(p.nodes for p in offering)
+        found.append(f"none of the {offered} with it" if found else f"none of the {offered} node(s) with {asks}")
+        fixes.insert(0, f"tolerate {', '.join(taints[:2])}")
+    severity.report(ctx, "warn", f"{ctx.where()}: its pods reach {' and '.join(found)}: {', '.join(fixes)}",
+                    _pointer(ctx, "containers"))
+
+
+def _name(groups: Sequence[nodegroups.NodeGroup], node: Mapping[str, Any]) -> str:
+    """A node's name; for a group's shape (a placement of the whole group), its last member's."""
+    return scheduling.node_name(node) or next((g.last for g in groups if g.shape is node), "")
