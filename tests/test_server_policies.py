@@ -146,3 +146,25 @@ async def test_a_reload_reads_the_files_off_the_event_loop(
     reloaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("policies reloaded: ")]
     assert reloaded == [f"policies reloaded: {len(store.current.policies)} policies ({store.current.fingerprint})"]
     assert hook.app[keys.METRICS].reloads.labels("success")._value.get() == 1
+
+
+def test_a_reload_that_drops_policies_names_them_in_a_warning(policy_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file emptied or cut short in place is valid YAML and loads: the policies it held are gone, which
+    the log says at WARNING by name (an edit that keeps every policy does not)."""
+    store = PolicyStore(policy_dir)
+    target = policy_dir / "gpu-defaults.yaml"
+
+    def reload() -> None:
+        for _ in range(2):  # a change loads once it stayed put between two checks
+            change = store.read_change()
+        assert change is not None and store.use(change)
+
+    with caplog.at_level(logging.INFO, logger="webhook"):
+        target.write_text(target.read_text() + "# edited\n")  # control: every policy stays
+        reload()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+        target.write_text("")  # `: > gpu-defaults.yaml`
+        reload()
+    assert "gpu-defaults" not in {p.metadata.name for p in store.current.policies}
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning == "policies no longer in force: gpu-defaults (not in any policy file now)", warning

@@ -137,9 +137,14 @@ class PolicyStore:
             self.last_error = change.error
             log.error("policy change refused, keeping the policies in force:\n%s", change.error)
             return False
+        before = {p.metadata.name for p in self.current.policies}
         self._use(change.policy_set)
         self.digest = change.digest
         log.info("policies reloaded: %d policies (%s)", len(change.policy_set.policies), change.policy_set.fingerprint)
+        gone = sorted(before - {p.metadata.name for p in change.policy_set.policies})
+        if gone:
+            # (a file emptied, cut short or deleted takes its policies with it, and loads)
+            log.warning("policies no longer in force: %s (not in any policy file now)", ", ".join(gone))
         _say_skipped(self.directory, change.skipped)
         return True
 
