@@ -278,6 +278,39 @@ async def test_a_review_of_too_many_json_objects_is_refused_before_decoding(webh
     assert 'gpu_admission_rejected_requests_total{reason="too-many-objects"} 1.0' in await scrape(webhook)
 
 
+def _with_variables(review: dict[str, Any], count: int) -> dict[str, Any]:
+    """A real UPDATE review (kubectl applied the pod) whose container carries ``count`` more environment
+    variables in both copies of the object, as kube-apiserver would send it: each in ``env``, in its
+    managedFields entry and in the last-applied-configuration text."""
+    review = json.loads(json.dumps(review))
+    variables = [{"name": f"SETTING_{n}", "value": str(n)} for n in range(count)]
+    for side in ("object", "oldObject"):
+        obj = review["request"][side]
+        container = obj["spec"]["containers"][0]
+        container["env"] = [*container.get("env", []), *variables]
+        fields = obj["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:containers"]
+        env = fields[f'k:{{"name":"{container["name"]}"}}']["f:env"]
+        env.update({f'k:{{"name":"{v["name"]}"}}': {".": {}, "f:name": {}, "f:value": {}} for v in variables})
+        applied = json.loads(obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
+        applied["spec"]["containers"][0]["env"] = container["env"]
+        obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(applied)
+    return review
+
+
+async def test_the_update_of_a_large_applied_pod_is_read(webhook: Webhook) -> None:
+    """An UPDATE's review carries the object twice, each with its managedFields and (kubectl apply) itself
+    again as text: a pod of 2,200 variables counts over 30,000 "{", which 20,000 refused (413: the update
+    failed calling the webhook), while its CREATE was read."""
+    [path] = [p for p in corpus_reviews() if p.name == "004_mutate_update_pods_.json"]
+    sent = _with_variables(load_review(path), 2200)
+    body = json.dumps(sent).encode()
+    assert body.count(b"{") > 30_000  # past the 20,000 that refused it
+    async with await webhook.post("/mutate", sent) as resp:
+        assert resp.status == 200
+        answer = (await resp.json())["response"]
+    assert answer["uid"] == sent["request"]["uid"] and answer["allowed"]
+
+
 @pytest.mark.parametrize("size", [1000, 63 * 1024, 64 * 1024, 64 * 1024 + 1, 300 * 1024])
 def test_json_objects_are_counted_alike_below_and_above_the_size_counted_by_deleting(size: int) -> None:
     """Bodies have their "{" counted 64 KiB at a time until the count is past the limit, the rest
