@@ -21,6 +21,9 @@ from webhook import review
 from webhook.policy.decision import Decision
 
 MAX_MESSAGE_CHARS: Final = 2000
+# (compiled, Final names are C statics: no read of orjson's attributes per line)
+_DUMPS: Final = orjson.dumps
+_APPEND_NEWLINE: Final = orjson.OPT_APPEND_NEWLINE
 
 
 def cut(text: str, limit: int) -> str:
@@ -65,7 +68,7 @@ def dumps(entry: dict[str, Any]) -> bytes:
     """``entry`` as a JSON line, whatever its values: orjson, else json escaping what orjson refuses,
     else its four first keys and the names of the fields that could not be written."""
     try:
-        return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        return _DUMPS(entry, default=str, option=_APPEND_NEWLINE)
     except TypeError:  # a lone surrogate (orjson writes only valid UTF-8), a key that is no string
         pass
     try:
