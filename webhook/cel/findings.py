@@ -250,7 +250,9 @@ def _init_only(checks: Checks, cfg: ResourceShapeRule) -> str:
     message = (f"{where()} + ': only init containers request GPUs (' + {holders}.map(c, {podspecs.container_label('c')}).join(', ') + "
                "'); the pod holds them while its app containers run without any: request GPUs in the app containers that use them'")
     found = checks.by_severity(cfg.initOnly, message)
-    return cel.when(f"{holders}.size() > 0 && {holders}.all(c, c.list == 'initContainers')", found, "[]")
+    # (a native sidecar, restartPolicy: Always, runs beside the app containers: its GPUs are in use)
+    plain = "c.list == 'initContainers' && !(has(c.c.restartPolicy) && c.c.restartPolicy == 'Always')"
+    return cel.when(f"{holders}.size() > 0 && {holders}.all(c, {plain})", found, "[]")
 
 
 def _max_per_pod(checks: Checks, cfg: ResourceShapeRule) -> str:

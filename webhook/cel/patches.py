@@ -241,7 +241,9 @@ def shm(cfg: ShmRule, is_gpu: str) -> str:
     mounts = "c.c.volumeMounts"
     mounted = (f"(has(c.c.volumeMounts) && type({mounts}) == list && {mounts}.exists(m, type(m) == map && has(m.mountPath) && "
                f"type(m.mountPath) == string && (m.mountPath == {mount_path} || m.mountPath.matches('^/dev/shm/+$'))))")
-    lists = "c.list == 'containers'" if not cfg.initContainers else "true"
+    # (a native sidecar, restartPolicy: Always, runs beside the app containers: one of them here)
+    lists = ("(c.list == 'containers' || (has(c.c.restartPolicy) && c.c.restartPolicy == 'Always'))"
+             if not cfg.initContainers else "true")
     targets = f"t.cs.filter(c, c.gpus.exists(n, {is_gpu}) && {lists} && !{mounted})"
     volumes = f"{cel.sub_list('t.spec', 'volumes')}.filter(v, type(v) == map)"
     names = f"{volumes}.map(v, has(v.name) ? string(v.name) : 'None')"

@@ -134,7 +134,9 @@ def _check_scheme(ctx: RuleContext, cfg: ResourceShapeRule, name: str, where: st
 
 def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[resources.ContainerRef]) -> None:
     holders = [r for r in refs if ctx.gpu_names(r)]
-    if not holders or any(not r.is_init for r in holders):
+    # a native sidecar (an init container with restartPolicy: Always) runs beside the app containers
+    # for the pod's whole life: its GPUs are in use, as an app container's are
+    if not holders or any(not r.is_init or r.container.get("restartPolicy") == "Always" for r in holders):
         return
     names = ", ".join(r.label() for r in holders)
     severity.report(ctx, cfg.initOnly,

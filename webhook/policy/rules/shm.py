@@ -41,7 +41,9 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
         list_name, index = slot
         container: dict[str, Any] = spec[list_name][index]  # (slots name maps: read as a dict, no method lookup)
         mounts = container.get("volumeMounts")
-        if (with_init or list_name != "initContainers") and not (type(mounts) is list and _mounts_shm(mounts)):
+        # a native sidecar (restartPolicy: Always) runs beside the app containers: one of them here
+        if ((with_init or list_name != "initContainers" or container.get("restartPolicy") == "Always")
+                and not (type(mounts) is list and _mounts_shm(mounts))):
             targets.append(slot)
     if not targets:
         return

@@ -77,7 +77,7 @@ class ShmRule(RuleBase):
     minSize: Quantity = "64Mi"
     sizeWithoutMemoryLimit: Quantity = Field(default="1Gi", description="for containers with no memory limit, in a pod with none of its own")
     volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
-    initContainers: bool = Field(default=False, description="also GPU init containers")
+    initContainers: bool = Field(default=False, description="also GPU init containers (native sidecars, restartPolicy: Always, always)")
 
     @cached_property
     def bytes(self) -> ShmSizes:
