@@ -60,12 +60,16 @@ class _Rule:
     rest: Callable[[RuleContext, Any], None] | None = None
     #: the pod subresources it judges too (validation only); no other rule runs on a subresource
     subresources: tuple[str, ...] = ()
+    #: the settings as ``run`` (and ``rest``) takes them, made once per policy set (None: the settings model
+    #: itself): compiled, a native object's attribute is a load, a pydantic model's a generic lookup
+    prepare: Callable[[Any], Any] | None = None
 
 
 def _rule(name: str, module: ModuleType) -> _Rule:
-    """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``, ``SUBRESOURCES``),
-    under its settings name."""
-    return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None), getattr(module, "SUBRESOURCES", ()))
+    """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``, ``SUBRESOURCES``,
+    ``prepare``), under its settings name."""
+    return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None), getattr(module, "SUBRESOURCES", ()),
+                 getattr(module, "prepare", None))
 
 
 #: Every rule family, in the order they run within a policy.
@@ -227,7 +231,8 @@ def _plans(policies: PolicySet, group: str, kind: str, phase: Phase, sub_resourc
             dry = tuple(phase == "mutate" and cfg.mode != "enforce" for _, cfg in rules)
             built.append(_PolicyPlan(
                 policy=policy,
-                rules=tuple((_step_run(policies.offload, rule, policy.metadata.name, (group, kind)), cfg,
+                rules=tuple((_step_run(policies.offload, rule, policy.metadata.name, (group, kind)),
+                             cfg if rule.prepare is None else rule.prepare(cfg),
                              (rule.name, cfg.mode, policy.metadata.name)) for rule, cfg in rules),
                 dry=dry if any(dry) else None,
                 is_gpu=is_gpu,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.gpu.resources import ResourceMatcher
 from webhook.kube import affinity
 from webhook.policy.context import RuleContext
 from webhook.policy.settings.mutation import NodeAffinityRule, NodeRequirement, PreferredTerm
@@ -11,7 +12,23 @@ from webhook.policy.settings.mutation import NodeAffinityRule, NodeRequirement, 
 PHASES = ("mutate",)
 
 
-def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
+class Settings:
+    """What ``run`` reads of the rule's settings, made once per policy set (``prepare``)."""
+
+    def __init__(self, cfg: NodeAffinityRule) -> None:
+        self.required: list[NodeRequirement] = cfg.required
+        self.preferred: list[PreferredTerm] = cfg.preferred
+        #: byResource: (its matcher, its required, its preferred)
+        self.by_resource: list[tuple[ResourceMatcher, list[NodeRequirement], list[PreferredTerm]]] = [
+            (extra.matcher, extra.required, extra.preferred) for extra in cfg.byResource]
+        self.deny_conflicts = cfg.onConflict == "deny"
+
+
+def prepare(cfg: NodeAffinityRule) -> Settings:
+    return Settings(cfg)
+
+
+def run(ctx: RuleContext, cfg: Settings) -> None:
     required, preferred = _requirements(ctx, cfg)
     if not required and not preferred:
         return
@@ -19,7 +36,7 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
         wanted = expression(requirement)
         merge = affinity.require(ctx.builder, ctx.target.spec_path, wanted)
         if merge.conflict:
-            if cfg.onConflict == "deny":
+            if cfg.deny_conflicts:
                 ctx.report(
                     f"{ctx.where()}: {merge.conflict}; the policy requires {affinity.describe(wanted)}, "
                     "so no allowed node could run it",
@@ -32,15 +49,15 @@ def run(ctx: RuleContext, cfg: NodeAffinityRule) -> None:
             ctx.changed("nodeAffinity")
 
 
-def _requirements(ctx: RuleContext, cfg: NodeAffinityRule) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
+def _requirements(ctx: RuleContext, cfg: Settings) -> tuple[list[NodeRequirement], list[PreferredTerm]]:
     required, preferred = cfg.required, cfg.preferred  # copied only when extended (read-only settings)
-    by_resource = cfg.byResource
+    by_resource = cfg.by_resource
     if by_resource:
         # by extended resource only: the scheduler places DRA claims by the devices nodes publish
         slots = ctx.extended_slots()
-        for extra in by_resource:
-            if extra.matcher.any_of(slots):
-                required, preferred = [*required, *extra.required], [*preferred, *extra.preferred]
+        for matcher, more_required, more_preferred in by_resource:
+            if matcher.any_of(slots):
+                required, preferred = [*required, *more_required], [*preferred, *more_preferred]
     return required, preferred
 
 

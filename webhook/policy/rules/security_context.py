@@ -24,16 +24,30 @@ from webhook.policy.settings.mutation import SecurityContextRule
 PHASES = ("mutate",)
 
 
-def run(ctx: RuleContext, cfg: SecurityContextRule) -> None:
+class Settings:
+    """What ``run`` reads of the rule's settings on every pod, made once per policy set (``prepare``)."""
+
+    def __init__(self, cfg: SecurityContextRule) -> None:
+        self.cfg = cfg
+        self.unset_pod_defaults: dict[str, Any] = cfg.unset_pod_defaults
+        self.seccomp: str | None = cfg.seccompProfile
+
+
+def prepare(cfg: SecurityContextRule) -> Settings:
+    return Settings(cfg)
+
+
+def run(ctx: RuleContext, settings: Settings) -> None:
     spec = ctx.spec
     if is_windows(spec):
         return  # the API rejects these Linux fields on Windows pods
     if not spec.get("securityContext") and _without_contexts(spec):
         # absent, null or empty everywhere (a falsy non-map counts as empty, as _sc reads
         # it): nothing to report at either level, every default holds
-        _write_whole(ctx, cfg)
+        _write_whole(ctx, settings)
         ctx.changed("securityContext")
         return
+    cfg = settings.cfg
     refs = resources.containers(spec)
     if cfg.level == "enforce":
         _report_violations(ctx, cfg, refs)
@@ -57,13 +71,13 @@ def _without_contexts(spec: dict[str, Any]) -> bool:
     return True
 
 
-def _write_whole(ctx: RuleContext, cfg: SecurityContextRule) -> None:
+def _write_whole(ctx: RuleContext, settings: Settings) -> None:
     """The common case, nothing set anywhere: each context is written as one operation.
 
     (What _pod_defaults and _container_defaults decide when every context is empty.)
     """
     builder, spec = ctx.builder, ctx.spec
-    wanted, seccomp = dict(cfg.unset_pod_defaults), cfg.seccompProfile
+    wanted, seccomp = dict(settings.unset_pod_defaults), settings.seccomp
     if seccomp:  # no container has one
         wanted["seccompProfile"] = {"type": seccomp}
     builder.put(spec, ctx.spec_at, "securityContext", wanted)

@@ -28,14 +28,28 @@ MIB: Final = Decimal(2**20)
 MIB_BYTES: Final = 2**20
 
 
-def run(ctx: RuleContext, cfg: ShmRule) -> None:
+class Settings:
+    """What ``run`` reads of the rule's settings, made once per policy set (``prepare``)."""
+
+    def __init__(self, cfg: ShmRule) -> None:
+        self.cfg = cfg
+        self.init_containers = cfg.initContainers
+        self.volume_name = cfg.volumeName
+        self.size_memo: dict[str, tuple[int, str]] = cfg.size_memo
+
+
+def prepare(cfg: ShmRule) -> Settings:
+    return Settings(cfg)
+
+
+def run(ctx: RuleContext, settings: Settings) -> None:
     spec = ctx.spec
     if spec.get("hostIPC") is True or is_windows(spec):
         # with hostIPC the runtime mounts the host's /dev/shm, which the pod shares on purpose;
         # Windows has no /dev/shm
         return
     # GPU containers (init ones only if asked) with nothing at /dev/shm yet
-    with_init = cfg.initContainers
+    with_init = settings.init_containers
     targets = []  # their slots' keys: (container list, index)
     for slot in ctx.slots:
         list_name, index = slot
@@ -48,11 +62,11 @@ def run(ctx: RuleContext, cfg: ShmRule) -> None:
     if not targets:
         return
     volumes = spec.get("volumes")
-    name, exists = _volume_name(volumes if type(volumes) is list else [], cfg.volumeName)
+    name, exists = _volume_name(volumes if type(volumes) is list else [], settings.volume_name)
     builder = ctx.builder
     if not exists:
         pod_limit = _memory_limit(spec)  # (pod-level resources: for containers without their own)
-        memo = cfg.size_memo  # (an attribute of a pydantic model: a generic lookup, once per pod, not per container)
+        cfg, memo = settings.cfg, settings.size_memo
         smallest = _size_for(spec[targets[0][0]][targets[0][1]], cfg, pod_limit, memo)
         for list_name, index in targets[1:]:  # (a loop: most pods have one target)
             size_for = _size_for(spec[list_name][index], cfg, pod_limit, memo)

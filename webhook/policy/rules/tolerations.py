@@ -11,7 +11,18 @@ from webhook.policy.schema import TolerationsRule
 PHASES = ("mutate",)
 
 
-def run(ctx: RuleContext, cfg: TolerationsRule) -> None:
+class Settings:
+    """What ``run`` reads of the rule's settings, made once per policy set (``prepare``)."""
+
+    def __init__(self, cfg: TolerationsRule) -> None:
+        self.wanted: tuple[dict[str, object], ...] = cfg.wanted
+
+
+def prepare(cfg: TolerationsRule) -> Settings:
+    return Settings(cfg)
+
+
+def run(ctx: RuleContext, cfg: Settings) -> None:
     current = ctx.spec.get("tolerations")
     existing: list[Any] | None = None
     for wanted in cfg.wanted:
