@@ -113,3 +113,23 @@ def test_a_folder_without_manifests_is_a_usage_error(tmp_path: Path, capsys: pyt
     write(tmp_path / "README.md", "no manifests here")
     code, _, err = audit(capsys, str(tmp_path))
     assert code == 2 and err == f"error: {tmp_path}: no manifest files (*.yaml, *.yml, *.json) in it\n"
+
+
+def test_a_file_that_is_not_utf8_is_a_problem_and_the_others_are_audited(tmp_path: Path) -> None:
+    """One Latin-1 file in a folder of manifests: reported with file and line, the rest audited, exit 1
+    (it stopped the run with exit 2 and no report)."""
+    write(tmp_path / "m" / "a.yaml", GPU_POD)
+    (tmp_path / "m" / "latin.yaml").write_bytes(b"apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n")
+    done = audit_process(str(tmp_path / "m"), "-o", "json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["summary"]["objects"] == 1 and report["summary"]["errors"] == 1, report["summary"]
+    assert "latin.yaml: document 1, line 3: not UTF-8 text: byte 0xe9 at line 3" in done.stdout + done.stderr
+
+
+def test_a_utf16_file_with_its_byte_order_mark_is_read_as_kubectl_reads_it(tmp_path: Path) -> None:
+    """What Windows PowerShell's `kubectl get -o yaml > f.yaml` writes."""
+    (tmp_path / "utf16.yaml").write_bytes(GPU_POD.encode("utf-16"))  # (with its BOM)
+    done = audit_process(str(tmp_path / "utf16.yaml"), "-o", "json")
+    report = json.loads(done.stdout)
+    assert report["summary"]["objects"] == 1 and report["summary"]["errors"] == 0, (report["summary"], done.stderr)

@@ -13,6 +13,7 @@ each document on its own only in a file where one is broken.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import sys
@@ -126,13 +127,43 @@ def _hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
+class Unreadable(ManifestError):
+    """A manifest file that cannot be read as text: reported as a document that could not be audited
+    (the run goes on), ``line`` where the reading stopped (0: not known)."""
+
+    def __init__(self, reason: str, line: int = 0) -> None:
+        super().__init__(reason)
+        self.reason, self.line = reason, line
+
+
 def read_text(source: SourceFile, stdin: IO[str] | None = None) -> str:
+    """A manifest file's text as kubectl reads it: UTF-8, or UTF-16 with its byte-order mark (what
+    Windows PowerShell's redirection writes); Unreadable otherwise."""
     if source.path == STDIN:
-        return (stdin or sys.stdin).read()
+        try:
+            return (stdin or sys.stdin).read()
+        except UnicodeDecodeError as exc:
+            raise Unreadable(f"not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk)") from exc
     try:
-        return Path(source.path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{source.path}: cannot read: {exc}") from exc
+        data = Path(source.path).read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"cannot read: {exc.strerror or exc}") from exc
+    return decode(data)
+
+
+def decode(data: bytes) -> str:
+    """``read_text`` of a file's bytes."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise Unreadable(f"not UTF-16 text after its byte-order mark ({exc.reason} at byte {exc.start})") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise Unreadable(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} (manifests are UTF-8, or UTF-16 "
+                         "with a byte-order mark, as kubectl reads them)", line) from exc
 
 
 def parse(source: SourceFile, text: str) -> Iterator[Document | Problem]:
@@ -276,7 +307,12 @@ def stream(
 ) -> Iterator[Document | Problem]:
     """Objects and problems of every file, in order; ``file_done`` is called after each file."""
     for source in files:
-        yield from parse(source, read_text(source, stdin))
+        try:
+            text = read_text(source, stdin)
+        except Unreadable as exc:  # (one file: the run goes on, as for a document that is no object)
+            yield Problem(STDIN_NAME if source.path == STDIN else source.path, 1, exc.line, exc.reason, source.relative)
+        else:
+            yield from parse(source, text)
         if file_done is not None:
             file_done()
 
