@@ -71,6 +71,23 @@ def test_a_wrong_verdict_fails_with_what_was_wanted_and_found(tmp_path: Path, ca
     assert out.endswith("Test Summary: 1 test passed and 1 test failed\n")
 
 
+def test_a_misspelt_policy_or_rule_is_a_broken_test_not_a_none_that_passes(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # control: "none" for a rule the policy leaves out is a real expectation, and holds
+    _write_test(tmp_path / "ok", [{"resources": ["Deployment/ml-a/half-gpu"], "policy": "gpu-defaults",
+                                   "rule": "quota", "verdict": "none"}])
+    assert _test(capsys, str(tmp_path / "ok"))[0] == 0
+    path = _write_test(tmp_path / "typo", [
+        {"resources": ["Deployment/ml-a/half-gpu"], "policy": "gpu-validation", "rule": "resourceShape", "verdict": "none"},
+        {"resources": ["Deployment/ml-a/half-gpu"], "policy": "gpu-validations", "rule": "resourceShap", "verdict": "none"},
+    ])  # fmt: skip
+    code, out, err = _test(capsys, str(tmp_path / "typo"))
+    assert code == 2 and "0 tests passed" in out, out
+    assert f"{path}: document 1 (GPUAdmissionTest t): spec.results[0].policy: gpu-validation: no such policy in " \
+           "spec.policies (" in err, err
+    assert "spec.results[1].rule: resourceShap: no such rule (tolerations, " in err, err
+
+
 def test_a_wrong_message_fails_listing_the_messages_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _write_test(tmp_path, [{"resources": ["Deployment/ml-a/half-gpu"], "policy": "gpu-validations",
                             "rule": "resourceShape", "verdict": "deny", "message": r"0\.25"}])  # fmt: skip
@@ -111,7 +128,7 @@ def test_a_broken_test_file_exits_2_naming_file_document_and_field(tmp_path: Pat
     # a resource no object answers to: the expectation's field is named
     _write_test(tmp_path / "good", [{"resources": ["Pod/nowhere"], "verdict": "pass"}])
     code, _, err = _test(capsys, str(tmp_path / "good"))
-    assert code == 2 and "document 1 (t): spec.results[0].resources[0]: Pod/nowhere: no such object among the resources" in err, err
+    assert code == 2 and "document 1 (GPUAdmissionTest t): spec.results[0].resources[0]: Pod/nowhere: no such object among the resources" in err, err
     # a rule's verdict on the object as a whole
     _write_test(tmp_path / "good", [{"resources": ["Deployment/ml-c/well-formed"], "verdict": "audit"}])
     code, _, err = _test(capsys, str(tmp_path / "good"))

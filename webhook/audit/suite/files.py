@@ -45,7 +45,7 @@ class TestDocument:
 
     @property
     def label(self) -> str:
-        return f"{self.path}: document {self.index} ({self.test.metadata.name})"
+        return f"{self.path}: document {self.index} ({KIND} {self.test.metadata.name})"  # (as load's problems say it)
 
 
 def find(paths: Iterable[str], pattern: str = FILE_PATTERN) -> list[Path]:

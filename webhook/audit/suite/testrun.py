@@ -21,7 +21,7 @@ from webhook.audit.suite.checks import Check, check
 from webhook.audit.suite.files import TestDocument
 from webhook.audit.suite.observed import Observed
 from webhook.errors import ManifestError, PolicyError, SuiteError
-from webhook.policy import loader
+from webhook.policy import loader, schema
 from webhook.policy.request import Request
 from webhook.view.snapshot import SnapshotView
 
@@ -91,6 +91,7 @@ def execute(document: TestDocument, cache: PolicyCache, *, checking: bool = True
 
 def _checks(run: TestRun) -> Iterator[Check]:
     document = run.document
+    _known_names(document, run.policies)
     for row, expectation in enumerate(document.test.spec.results):
         for position, reference in enumerate(expectation.resources):
             where = f"{document.label}: spec.results[{row}].resources[{position}]: {reference}"
@@ -103,6 +104,23 @@ def _checks(run: TestRun) -> Iterator[Check]:
             if observed is None:
                 raise SuiteError([f"{where}: not judged: its kind is no workload kind the policies know"])
             yield check(document.test.metadata.name, row, expectation, observed, document.folder)
+
+
+def _known_names(document: TestDocument, policies: loader.PolicySet) -> None:
+    """SuiteError naming every expectation whose policy is not in the test's policies, or whose rule is
+    no rule: a misspelt name would find no result, which a "none" verdict expects, and pass unchecked."""
+    names = [p.metadata.name for p in policies.policies]
+    rules = list(schema.Rules.model_fields)
+    problems = []
+    for row, expectation in enumerate(document.test.spec.results):
+        where = f"{document.label}: spec.results[{row}]"
+        if expectation.policy is not None and expectation.policy not in names:
+            problems.append(f"{where}.policy: {expectation.policy}: no such policy in spec.policies "
+                            f"({', '.join(sorted(names)) or 'none'})")
+        if expectation.rule is not None and expectation.rule not in rules:
+            problems.append(f"{where}.rule: {expectation.rule}: no such rule ({', '.join(rules)})")
+    if problems:
+        raise SuiteError(problems)
 
 
 def _policies(document: TestDocument, cache: PolicyCache) -> loader.PolicySet:
