@@ -121,6 +121,33 @@ def test_reports_name_the_non_compliant_and_follow_fixes_and_deletions(
     assert listings and all("as=PartialObjectMetadataList" in r.headers["Accept"] for r in listings)
 
 
+def test_the_notes_of_the_listing_are_said_as_audit_says_them(
+    api: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    """A charge of the GPU quota ledger whose pod is not stored yet counts as used, and is said (report
+    said nothing of it); a ledger the account may not read is said too (charges in flight not counted)."""
+    import time
+    from decimal import Decimal
+
+    from webhook.ledger import document
+    from webhook.ledger.document import Entry
+    from webhook.ledger.settings import LedgerSettings
+    from webhook.policy.charges import Holding, LedgerKey
+
+    api.add(_namespace("team-a", OPT_IN))
+    api.add(_namespace(LedgerSettings.namespace))
+    api.add(_pod("whole", "team-a"))
+    key = LedgerKey("namespace", "team-a", "", "nvidia.com/gpu.product")
+    coming = {"in-flight": Entry(Holding("team-a", "coming", "", None, (("nvidia.com/gpu", Decimal(1)),)), time.time())}
+    api.add(document.new_object(key, LedgerSettings.namespace, coming) | {"apiVersion": f"{document.GROUP}/{document.VERSION}"})
+    code, _, err = _report(capsys, kubeconfig)
+    assert code == 0 and "note: GPU quota ledger: 1 charge in flight counted as used (pods admitted, not stored " \
+                          "yet): team-a/coming" in err, err
+    api.fail_next(1, 403, path_contains=f"/{document.PLURAL}")
+    code, _, err = _report(capsys, kubeconfig)
+    assert code == 0 and "charges in flight not counted" in err, err
+
+
 def test_openreports_reports_carry_their_source(api: FakeApiServer, kubeconfig: Path,  # noqa: F811
                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     api.add(_namespace("team-a", OPT_IN))

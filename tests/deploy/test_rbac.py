@@ -72,11 +72,15 @@ def test_server_writes_only_the_quota_ledger_and_only_in_its_namespace() -> None
         (document.GROUP, document.PLURAL, ()): {"get", "list", "watch", "create", "update", "patch"}}
     crd = deploy_tree.one("CustomResourceDefinition", f"{document.PLURAL}.{document.GROUP}", docs=BASE)
     assert crd["spec"]["scope"] == "Namespaced" and crd["spec"]["names"]["kind"] == document.KIND
-    # no other role anywhere under deploy/ grants the ledger: editing it would free quota
+    # no other role anywhere under deploy/ may change the ledger (editing it would free quota); the
+    # report's reads it, in its namespace (charges in flight hold GPUs too)
     for doc in deploy_tree.manifests():
         if doc.kind in ("Role", "ClusterRole") and doc.name != "gpu-admission-quota-ledger":
-            assert not any(document.PLURAL in r.get("resources", []) or "*" in r.get("resources", [])
-                           for r in doc.body.get("rules") or []), doc.where
+            for rule in doc.body.get("rules") or []:
+                if document.PLURAL in rule.get("resources", []) or "*" in rule.get("resources", []):
+                    assert (doc.kind, doc.name, doc.body["metadata"].get("namespace")) == \
+                        ("Role", "gpu-admission-report", NAMESPACE), doc.where
+                    assert set(rule["verbs"]) <= {"get", "list"} and rule["resources"] == [document.PLURAL], doc.where
         labels = (doc.body.get("metadata") or {}).get("labels") or {}
         assert not any(k.startswith("rbac.authorization.k8s.io/aggregate-to") for k in labels), doc.where
 

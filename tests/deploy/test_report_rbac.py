@@ -34,7 +34,14 @@ def test_the_report_role_is_exactly_reads_and_report_writes() -> None:
             assert verbs == {"get", "list"}, key
         else:
             assert verbs == {"list"}, key
-    assert _bound_roles("gpu-admission-report") == [("ClusterRole", "gpu-admission-report")]
+    assert sorted(_bound_roles("gpu-admission-report")) == [("ClusterRole", "gpu-admission-report"),
+                                                            ("Role", "gpu-admission-report")]
+    # in the webhook's namespace, the GPU quota ledgers, read (the charges in flight: docs/quota.md)
+    from webhook.ledger import document
+
+    role = deploy_tree.one("Role", "gpu-admission-report", docs=REPORTS)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(role["rules"]) == {(document.GROUP, document.PLURAL, ()): {"get", "list"}}
 
 
 def test_the_cronjob_runs_the_report_with_the_servers_policies() -> None:

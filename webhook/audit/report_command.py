@@ -132,7 +132,7 @@ class _Writer:
 
 def _judge(api_client: Any, policies: loader.PolicySet, args: argparse.Namespace) -> tuple[Ledger, list[str]]:
     cluster = cluster_source.fetch(api_client, args.page_size, all_namespaces=args.all_namespaces)
-    ledger, notes = Ledger(), list[str]()
+    ledger, notes = Ledger(), list(cluster.notes)  # (what the listing could not read, as audit says it)
     plans: dict[tuple[str, str, str], Plan] = {}
     for document in cluster_source.workloads(cluster, policies, notes, args.page_size):
         result = judge(policies, cluster.view, document)
