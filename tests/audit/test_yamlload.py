@@ -262,3 +262,24 @@ def test_a_file_without_broken_documents_is_read_by_one_parser() -> None:
     assert parsed is not None and [(chunk.number, chunk.line) for chunk, _ in parsed] == [(1, 2), (2, 10), (3, 15)]
     for odd in (valid + "---\n" + _K8S[3], "%YAML 1.1\n---\n" + valid, valid.replace("\n", "\r")):
         assert inputs._whole_stream(odd, inputs.split_documents(odd)) is None
+
+
+def _laughs(levels: int) -> str:
+    """A pod whose labels hold nine aliases of nine aliases … of nine strings: 9**levels nodes expanded."""
+    lines = ['    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"    l{n}: &l{n} [{','.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: laughs\n  labels:\n" + "\n".join(lines) + \
+        "\nspec:\n  containers: [{name: c, image: x}]\n"
+
+
+def test_a_document_its_aliases_expand_past_a_million_nodes_is_a_problem_at_once() -> None:
+    # "billion laughs": shared by aliases it loads small, and a diff or a written manifest expanded it to
+    # gigabytes (`audit --diff`: 77 s, 2.9 GB, then a crash)
+    [problem] = list(inputs.parse(inputs.SourceFile("laughs.yaml", "laughs.yaml"), _laughs(8)))
+    assert isinstance(problem, inputs.Problem), problem
+    found = re.search(r"excessive aliasing: the document's aliases expand it to ([\d,]+) nodes", problem.message)
+    assert found and int(found[1].replace(",", "")) > 9**8, problem.message  # (nine strings and a list per level)
+    # control: aliases that expand to fewer nodes load as the C loader loads them
+    text = _laughs(5)
+    [document] = list(inputs.parse(inputs.SourceFile("few.yaml", "few.yaml"), text))
+    assert isinstance(document, inputs.Document) and document.obj == yaml.load(text, Loader=yaml.CSafeLoader)

@@ -46,6 +46,29 @@ _SCALARS = {
 _MEMO_LIMIT = 100_000
 
 
+#: the nodes a document may expand to through its aliases ("billion laughs"): kube-apiserver stores an
+#: object of at most 1.5 MiB, some 100,000 nodes
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def _expanded(node: Node, sizes: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for with every alias expanded (each node counted once per
+    reference); linear in the nodes composed, a recursive alias counted once."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # (a recursive structure: the reference back counts as one node)
+    size = 1
+    if node.__class__ is MappingNode:
+        for key_node, value_node in node.value:
+            size += _expanded(key_node, sizes) + _expanded(value_node, sizes)
+    elif node.__class__ is SequenceNode:
+        for child in node.value:
+            size += _expanded(child, sizes)
+    sizes[id(node)] = size
+    return size
+
+
 class _Unusual(Exception):
     """A document the one-pass build leaves to SafeConstructor."""
 
@@ -87,6 +110,13 @@ class ManifestLoader(SAFE_LOADER):  # type: ignore[misc,valid-type]
         try:
             return self._build(node, set())
         except Exception:  # noqa: BLE001 - SafeConstructor gives the answer, or its own error
+            expanded = _expanded(node, {})
+            if expanded > MAX_EXPANDED_NODES:
+                # aliases share one object, which a diff, a written manifest or a copy expands whole
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"excessive aliasing: the document's aliases expand it to {expanded:,} nodes "
+                    f"(at most {MAX_EXPANDED_NODES:,} are read; kubectl refuses such documents too)", node.start_mark,
+                ) from None
             return super().construct_document(node)
 
     def _build(self, node: Node, seen: set[int]) -> Any:
