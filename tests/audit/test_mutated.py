@@ -73,6 +73,21 @@ def test_write_mutated_keeps_inputs_of_the_same_name_apart_and_json_as_json(
     assert [r["patch"] for r in json.loads(out)["results"]] == [[]] * 5
 
 
+def test_a_json_list_with_an_item_left_out_is_written_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A List item that is no Kubernetes object is left out: in a JSON file, which holds no comment, the
+    run's report says it (a YAML comment before the JSON made the file invalid JSON)."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(GPU_POD), {"kind": "x"}]}
+    write(tmp_path / "in" / "partial.json", json.dumps(listed))
+    out_dir = tmp_path / "out"
+    code, out, _ = audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(tmp_path / "in"))
+    assert code == 1 and "items[1] is not a Kubernetes object" in out, out
+    written = json.loads((out_dir / "partial.json").read_text())
+    assert [i["spec"]["runtimeClassName"] for i in written["items"]] == ["nvidia"]
+    _, out, _ = audit(capsys, "-o", "json", "--cluster-state", str(CLUSTER), str(out_dir))
+    report = json.loads(out)
+    assert report["summary"]["errors"] == 0 and [r["patch"] for r in report["results"]] == [[]]
+
+
 def test_write_mutated_refuses_to_overwrite_the_manifests_it_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "in"
     write(source / "pod.yaml", GPU_POD)

@@ -119,7 +119,8 @@ def _render(relative: str, entries: list[Entry]) -> str:
                 lists[doc.index] = {"apiVersion": "v1", "kind": "List", "items": []}
                 documents.append(lists[doc.index])
             lists[doc.index]["items"].append(obj)
-    if relative.endswith(".json") and len(documents) == 1 and not notes:
+    if relative.endswith(".json") and len(documents) == 1:
+        # JSON holds no comment: an item left out is said in the run's report only
         return json.dumps(documents[0], indent=2) + "\n"
     body = "---\n".join(dump(d) for d in documents)
     return "\n".join(notes) + ("\n" if notes else "") + body
