@@ -63,13 +63,15 @@ def test_3_on_an_unexpected_error_in_one_line_and_the_traceback_with_debug(
     assert_crashed(lambda *args: audit(capsys, *args, path))
 
 
-def test_141_and_nothing_said_when_the_reader_of_the_output_goes_away(tmp_path: Path) -> None:
+@pytest.mark.parametrize("output", ["text", "junit"])
+def test_141_and_nothing_said_when_the_reader_of_the_output_goes_away(tmp_path: Path, output: str) -> None:
     # `gpu-admission audit ... | head -1`: head reads one line and exits; the audit's next writes fail
+    # (junit: a report of manifests is made whole, then written in pieces: one write of it all gave 0)
     path = str(write(tmp_path / "p.yaml", "---\n".join([GPU_POD] * 2000)))
-    audit = subprocess.Popen([sys.executable, "-m", "webhook", "audit", "--policies", str(POLICIES), path], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    audit = subprocess.Popen([sys.executable, "-m", "webhook", "audit", "--policies", str(POLICIES), "-o", output, path],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert audit.stdout is not None and audit.stderr is not None
-    assert b"Pod ml-a/trainer" in audit.stdout.readline()
+    assert (b"Pod ml-a/trainer" if output == "text" else b"<?xml") in audit.stdout.readline()
     audit.stdout.close()
     assert audit.wait(120) == 141
     assert audit.stderr.read() == b""

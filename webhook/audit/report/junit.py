@@ -26,11 +26,19 @@ def render(report: Report) -> str:
     return "".join(chunks(report))
 
 
+#: the characters of a report written at once
+_PIECE = 64 * 1024
+
+
 def chunks(report: Report) -> Iterator[str]:
     """``render``'s text in pieces, to write as they come: a test case each when results were kept
     (``keep``), as ``ET.indent`` and ``ET.tostring`` would write the whole tree."""
     if report.kept is None:
-        yield _whole(report)
+        # in pieces all the same: one write of it all, cut short by a reader gone (`| head`), would not
+        # raise BrokenPipeError (the buffered writer keeps the part it wrote), and the exit would be 0
+        whole = _whole(report)
+        for start in range(0, len(whole), _PIECE):
+            yield whole[start:start + _PIECE]
         return
     for problem in report.problems:  # (a report is rendered once: they join the kept cases)
         case = _problem(problem)
