@@ -10,18 +10,51 @@ from webhook.policy.settings.mutation import PriorityClassRule
 PHASES = ("mutate",)
 
 
-def run(ctx: RuleContext, cfg: PriorityClassRule) -> None:
-    name = cfg.own(ctx.workload_class, _labels(ctx))
+class Settings:
+    """What ``run`` reads of the rule's settings on every pod, made once per policy set (``prepare``):
+    the class a pod gets worked out from native attributes (a method of the pydantic model, interpreted,
+    cost ~10,000 instructions an admission)."""
+
+    def __init__(self, cfg: PriorityClassRule) -> None:
+        self.cfg = cfg
+        self.classes: dict[str, str] = dict(cfg.classes)
+        self.default: str | None = cfg.default
+        self.override: bool = cfg.override
+        choice = cfg.userChoice
+        #: the class's PriorityClass only where the namespace may choose the class (ownClass
+        #: allowed-namespaces); elsewhere ``fallback``
+        self.own_where_allowed = choice is not None and choice.ownClass == "allowed-namespaces"
+        self.everywhere: frozenset[str] = frozenset(choice.everywhere if choice is not None else ())
+        self.label_prefix: str = choice.namespaceLabelPrefix if choice is not None else ""
+        self.fallback: str | None = next(
+            (self.classes[w] for w in (choice.everywhere if choice is not None else ()) if w in self.classes), cfg.default)
+
+    def own(self, workload_class: str | None, ns_labels: Mapping[str, str] | None) -> str | None:
+        """The PriorityClass the policy gives a pod of ``workload_class`` in a namespace with ``ns_labels``
+        (None: a namespace the cluster view does not know, whose labels cannot be judged)."""
+        name = self.classes.get(workload_class) if workload_class else None
+        if name and workload_class and self.own_where_allowed and ns_labels is not None \
+                and workload_class not in self.everywhere and ns_labels.get(self.label_prefix + workload_class) != "true":
+            return self.fallback
+        return name or self.default
+
+
+def prepare(cfg: PriorityClassRule) -> Settings:
+    return Settings(cfg)
+
+
+def run(ctx: RuleContext, settings: Settings) -> None:
+    name = settings.own(ctx.workload_class, _labels(ctx))
     current = ctx.spec.get("priorityClassName")
     if not name:
         if current and isinstance(current, str):
-            _judge(ctx, cfg, current, name)
+            _judge(ctx, settings.cfg, current, name)
         return
     if current == name:
         return
-    if current and not cfg.override and not _cluster_default(ctx, current):
+    if current and not settings.override and not _cluster_default(ctx, current):
         if isinstance(current, str):
-            _judge(ctx, cfg, current, name)
+            _judge(ctx, settings.cfg, current, name)
         return
     found = ctx.view.priority_class(name)
     if found is None and _missing(ctx, name):
@@ -92,16 +125,16 @@ def _cluster_default(ctx: RuleContext, name: object) -> bool:
     return bool(found and found.get("globalDefault") is True)
 
 
-def run_rest(ctx: RuleContext, cfg: PriorityClassRule) -> None:
+def run_rest(ctx: RuleContext, settings: Settings) -> None:
     """The parts a compiled policy leaves to the webhook (webhook.policy.offload), which need the
     cluster's PriorityClasses: a pod carrying the globalDefault class (the compiled policy keeps a
     class it finds), and the class it set must exist."""
-    name = cfg.own(ctx.workload_class, _labels(ctx))
+    name = settings.own(ctx.workload_class, _labels(ctx))
     current = ctx.spec.get("priorityClassName")
     if not name or not current:
         return
-    if current != name and not cfg.override and _cluster_default(ctx, current):
-        run(ctx, cfg)
+    if current != name and not settings.override and _cluster_default(ctx, current):
+        run(ctx, settings)
     elif current == name and ctx.view.priority_class(name) is None:
         _missing(ctx, name)
 

@@ -169,16 +169,6 @@ class PriorityClassRule(RuleBase):
         "(None: keep any)",
     )
 
-    def own(self, workload_class: str | None, ns_labels: Mapping[str, str] | None) -> str | None:
-        """The PriorityClass the policy gives a pod of ``workload_class`` in a namespace with ``ns_labels``
-        (None: a namespace the cluster view does not know, whose labels cannot be judged)."""
-        name = self.classes.get(workload_class) if workload_class else None
-        choice = self.userChoice
-        if name and workload_class and choice is not None and choice.ownClass == "allowed-namespaces" \
-                and ns_labels is not None and not choice.allows(workload_class, ns_labels):
-            return next((self.classes[w] for w in choice.everywhere if w in self.classes), self.default)
-        return name or self.default
-
     def refused(self, name: str, namespace: str) -> bool:
         """Whether a pod in ``namespace`` may not name the class ``name`` at all."""
         return (any(fnmatchcase(name, p) for p in self.refusedClasses)
