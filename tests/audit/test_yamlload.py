@@ -283,3 +283,15 @@ def test_a_document_its_aliases_expand_past_a_million_nodes_is_a_problem_at_once
     text = _laughs(5)
     [document] = list(inputs.parse(inputs.SourceFile("few.yaml", "few.yaml"), text))
     assert isinstance(document, inputs.Document) and document.obj == yaml.load(text, Loader=yaml.CSafeLoader)
+
+
+def test_a_document_nested_as_deep_as_libyaml_reads_is_loaded() -> None:
+    # the one-pass build recurses past Python's limit there and leaves it to SafeConstructor; the count of
+    # expanded nodes before it must not recurse either (it did: "unexpected RecursionError", exit 3)
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\ndata: {a: " + "{a: " * 995 + "x" + "}" * 995 + "}\n"
+    [document] = list(inputs.parse(inputs.SourceFile("deep.yaml", "deep.yaml"), text))
+    assert isinstance(document, inputs.Document), document
+    value = document.obj["data"]
+    for _ in range(995):  # (walked, not compared: == recurses as deep)
+        value = value["a"]
+    assert value == {"a": "x"}

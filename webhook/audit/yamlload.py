@@ -51,22 +51,31 @@ _MEMO_LIMIT = 100_000
 MAX_EXPANDED_NODES = 1_000_000
 
 
-def _expanded(node: Node, sizes: dict[int, int]) -> int:
-    """How many nodes ``node`` stands for with every alias expanded (each node counted once per
-    reference); linear in the nodes composed, a recursive alias counted once."""
-    known = sizes.get(id(node))
-    if known is not None:
-        return known
-    sizes[id(node)] = 1  # (a recursive structure: the reference back counts as one node)
-    size = 1
-    if node.__class__ is MappingNode:
-        for key_node, value_node in node.value:
-            size += _expanded(key_node, sizes) + _expanded(value_node, sizes)
-    elif node.__class__ is SequenceNode:
-        for child in node.value:
-            size += _expanded(child, sizes)
-    sizes[id(node)] = size
-    return size
+def _expanded(root: Node) -> int:
+    """How many nodes ``root`` stands for with every alias expanded (each node counted once per
+    reference); linear in the nodes composed, a recursive alias counted once. A loop, not recursion:
+    libyaml nests a document 1,000 levels deep, past Python's recursion limit."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            size = 1
+            if node.__class__ is MappingNode:
+                size += sum(sizes[id(k)] + sizes[id(v)] for k, v in node.value)
+            elif node.__class__ is SequenceNode:
+                size += sum(sizes[id(child)] for child in node.value)
+            sizes[id(node)] = size
+            continue
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 1  # (until its children are counted: a recursive reference back counts as one node)
+        stack.append((node, True))
+        if node.__class__ is MappingNode:
+            stack.extend((n, False) for pair in node.value for n in pair)
+        elif node.__class__ is SequenceNode:
+            stack.extend((child, False) for child in node.value)
+    return sizes[id(root)]
 
 
 class _Unusual(Exception):
@@ -110,7 +119,7 @@ class ManifestLoader(SAFE_LOADER):  # type: ignore[misc,valid-type]
         try:
             return self._build(node, set())
         except Exception:  # noqa: BLE001 - SafeConstructor gives the answer, or its own error
-            expanded = _expanded(node, {})
+            expanded = _expanded(node)
             if expanded > MAX_EXPANDED_NODES:
                 # aliases share one object, which a diff, a written manifest or a copy expands whole
                 raise yaml.constructor.ConstructorError(
