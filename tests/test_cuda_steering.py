@@ -194,7 +194,7 @@ def test_a_daemon_set_whose_pods_cannot_be_steered_is_refused_where_a_deployment
     # a DaemonSet that tolerates the GPU nodes gets a pod bound to each, the GeForce too: refused, with why
     allowed, [finding] = _cuda_findings(_template("DaemonSet", image, [GPU_TOLERATION]), MIXED)
     assert not allowed and "only 3 of 4 node(s)" in finding.message, finding
-    assert "a DaemonSet's pods are bound to every node" in finding.message, finding
+    assert "; a DaemonSet puts a pod on each: select only the capable ones in its template" in finding.message, finding
     # one that selects only the capable nodes is admitted
     pinned = _template("DaemonSet", image, [GPU_TOLERATION])
     pinned["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": A100}

@@ -80,3 +80,20 @@ def test_a_cluster_of_many_alike_nodes_is_counted_by_node() -> None:
     allowed, [warning] = _shape_messages(_workload("DaemonSet"), fleet)
     assert allowed and "reach 40 of 40 node(s) without 1 nvidia.com/gpu (cpu-" in warning, warning
     assert "and none of the 60 with it" in warning, warning
+
+
+def test_only_the_taints_the_template_does_not_tolerate_are_named() -> None:
+    taints = [{"key": k, "effect": "NoSchedule"} for k in ("a.example/one", "b.example/two", "z.example/dedicated")]
+    tolerated = [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in ("a.example/one", "b.example/two")]
+    placed = _workload("DaemonSet", tolerations=tolerated, nodeSelector={"nvidia.com/gpu.present": "true"})
+    allowed, [warning] = _shape_messages(placed, [_node("gpu-1", "8", taints), _node("cpu-1", None, [])])
+    assert allowed and warning.endswith("none of the 1 node(s) with 1 nvidia.com/gpu: tolerate z.example/dedicated:NoSchedule"), warning
+
+
+def test_a_template_that_selects_the_gpu_nodes_already_is_told_to_select_by_what_it_asks() -> None:
+    # eight GPUs each: the 4-GPU node has the label too, so the label would not keep the pod off it
+    placed = _workload("DaemonSet", tolerations=[GPU_TOLERATION], nodeSelector={"nvidia.com/gpu.present": "true"})
+    placed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+    allowed, [warning] = _shape_messages(placed, [_node("a100-1", "8", [GPU_TAINT]), _node("t4-1", "4", [GPU_TAINT])])
+    assert allowed and warning.endswith(
+        "its pods reach 1 of 2 node(s) without 8 nvidia.com/gpu (t4-1: Pending): select only nodes with 8 nvidia.com/gpu"), warning

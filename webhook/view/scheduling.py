@@ -159,6 +159,10 @@ class NodeFilter:
         #: the pod asks about something that differs from node to node within a group
         self.per_node = bool(self.pinned) or _per_node(self.selector, self.terms, self.needs)
 
+    def tolerates(self, taint: Object) -> bool:
+        """Whether the pod's tolerations (with the extra ones) tolerate ``taint``."""
+        return _taints_tolerated(self.tolerations, (taint,))
+
     def admits(self, node: Any) -> bool:
         if not isinstance(node, Mapping):
             return False

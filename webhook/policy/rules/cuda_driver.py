@@ -263,9 +263,9 @@ def _partial(ctx: RuleContext, cfg: CudaDriverRule, nodes: _Nodes, needs: Sequen
     if cfg.partial != "steer":
         severity.report(ctx, cfg.partial, f"{message}; pin it with node affinity on {cuda.DRIVER_FULL}", path)
     elif _daemon_set(ctx):
-        severity.report(ctx, cfg.unsteerable, f"{message}; a DaemonSet's pods are bound to every node its template "
-                        f"selects, which no affinity added to them moves: select only the capable nodes in the "
-                        f"template (node affinity on {cuda.DRIVER_FULL}), or use an image they all run", path)
+        # (short: as a warning, kube-apiserver keeps 256 characters; the message before it is long already)
+        severity.report(ctx, cfg.unsteerable, f"{message}; a DaemonSet puts a pod on each: select only the capable "
+                        f"ones in its template (by {cuda.DRIVER_FULL}) or use an image they all run", path)
     elif not ctx.target.is_pod:
         ctx.note(f"{message}; its pods will be steered onto them", path, result="pass")
     elif _steering(cfg, nodes, needs):

@@ -175,13 +175,18 @@ def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> Non
 
 
 
+#: GPU Feature Discovery's label of a node with NVIDIA GPUs (FACTS.md §2)
+GPU_PRESENT = "nvidia.com/gpu.present"
+
+
 def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
     """A DaemonSet's pods go to every node its template selects and tolerates, whatever they ask for
     (webhook.kube.workload.binds_to_nodes): warn of the nodes it reaches that cannot run its pods (they
     stay Pending there), and of a template that reaches none of the nodes that offer its GPUs. One
-    warning, short: kube-apiserver cuts a warning past 256 characters."""
+    warning, its fix at the end (kube-apiserver keeps 256 characters of a warning, cutting the middle)."""
     groups = ctx.view.node_groups()
-    reaching = scheduling.NodeFilter(ctx.spec, {}).placements(groups)
+    own = scheduling.NodeFilter(ctx.spec, {})
+    reaching = own.placements(groups)
     reached = sum(p.nodes for p in reaching)
     fits = scheduling.NodeFilter(ctx.spec, counts)
     fitting = sum(p.nodes for p in fits.placements(groups))
@@ -189,23 +194,36 @@ def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> 
     taints: list[str] = []
     offering: list[scheduling.Placement] = []
     if not fitting:
-        # the nodes that offer its GPUs, whatever their taints: the ones the template does not tolerate
+        # the nodes that offer its GPUs, whatever their taints: the taints the template does not tolerate
         offering = scheduling.NodeFilter({**ctx.spec, "tolerations": [{"operator": "Exists"}]}, counts).placements(groups)
         taints = sorted({f"{value_text.text(t.get('key'))}:{value_text.text(t.get('effect'))}"
-                         for p in offering for t in nodegroups.blocking_taints(p.node)})
+                         for p in offering for t in nodegroups.blocking_taints(p.node) if not own.tolerates(t)})
     if reached == fitting and not taints:
         return
     found, fixes = [], []
     if reached > fitting:
-        short = next(p.node for p in reaching if not fits.admits(p.node))
-        found.append(f"{reached - fitting} of {reached} node(s) without {asks} ({_name(groups, short)}: Pending)")
-        fixes.append("select nvidia.com/gpu.present=true")
+        lacking = [p.node for p in reaching if not fits.admits(p.node)]
+        found.append(f"{reached - fitting} of {reached} node(s) without {asks} ({_name(groups, lacking[0])}: Pending)")
+        with_gpus = [p.node for p in (fits.placements(groups) if fitting else offering)]
+        fixes.append(_selection(ctx.spec, lacking, with_gpus, asks))
     if taints:
         offered = sum(p.nodes for p in offering)
         found.append(f"none of the {offered} with it" if found else f"none of the {offered} node(s) with {asks}")
         fixes.insert(0, f"tolerate {', '.join(taints[:2])}")
     severity.report(ctx, "warn", f"{ctx.where()}: its pods reach {' and '.join(found)}: {', '.join(fixes)}",
                     _pointer(ctx, "containers"))
+
+
+def _selection(spec: Mapping[str, Any], lacking: list[Any], with_gpus: list[Any], asks: str) -> str:
+    """How the template should select the nodes with its GPUs: by GFD's label where the template does not
+    select it yet, every node with them carries it and none it reaches without them does; else in general
+    terms."""
+    selector = spec.get("nodeSelector")
+    if (not (isinstance(selector, Mapping) and GPU_PRESENT in selector) and with_gpus
+            and all(scheduling.node_labels(n).get(GPU_PRESENT) == "true" for n in with_gpus)
+            and not any(scheduling.node_labels(n).get(GPU_PRESENT) == "true" for n in lacking)):
+        return f"select {GPU_PRESENT}=true"
+    return f"select only nodes with {asks}"
 
 
 def _name(groups: Sequence[nodegroups.NodeGroup], node: Mapping[str, Any]) -> str:
