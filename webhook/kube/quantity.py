@@ -149,16 +149,19 @@ _NUMBER_LOW, _NUMBER_HIGH = 1e-40, 2**63
 
 def is_edge(value: object) -> bool:
     """A valid quantity string outside ``PLAIN``, or a JSON number outside what the compiled policies
-    judge as the webhook does: an integer that is no int64 (the one int64 at -2^63 too, which a double
-    can be), a non-zero number of magnitude below 10^-40 or from 2^63 up. (``webhook.cel.podspecs``
-    has these edges in CEL; on each side they are told by the value, however kube-apiserver writes
-    the number: every one CEL calls an edge is one here, so the webhook judges what CEL leaves.)"""
+    judge as the webhook does: an integer that is no int64 or that a double holds as ±2^63 (from
+    2^63-512 in magnitude), a non-zero number of magnitude below 10^-40 or from 2^63 up.
+    (``webhook.cel.podspecs`` has these edges in CEL; on each side they are told by the value, however
+    kube-apiserver writes the number: every one CEL calls an edge is one here, so the webhook judges
+    what CEL leaves.)"""
     if isinstance(value, str):
         return not _PLAIN.fullmatch(value) and parse_quantity(value) is not None
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return not -_NUMBER_HIGH < value < _NUMBER_HIGH
+        # as a double too: under a schema of type number, kube-apiserver's CEL reads an int64 as one, and
+        # those within 512 of ±2^63 round to ±2^63 (float() rounds as Go's conversion does)
+        return not -_NUMBER_HIGH < value < _NUMBER_HIGH or abs(float(value)) >= _NUMBER_HIGH
     if isinstance(value, float):
         return value != 0 and not _NUMBER_LOW <= abs(value) < _NUMBER_HIGH
     return False
