@@ -86,6 +86,12 @@ def test_a_json_list_with_an_item_left_out_is_written_as_json(tmp_path: Path, ca
     _, out, _ = audit(capsys, "-o", "json", "--cluster-state", str(CLUSTER), str(out_dir))
     report = json.loads(out)
     assert report["summary"]["errors"] == 0 and [r["patch"] for r in report["results"]] == [[]]
+    # a JSON file none of whose documents could be read holds nothing to write: no file, not comments
+    write(tmp_path / "in" / "broken.json", '{"kind": ')
+    out_dir = tmp_path / "out-2"
+    code, out, _ = audit(capsys, "--write-mutated", str(out_dir), "--cluster-state", str(CLUSTER), str(tmp_path / "in"))
+    assert code == 1 and "broken.json: document 1" in out, out
+    assert sorted(p.name for p in out_dir.iterdir()) == ["partial.json"]
 
 
 def test_write_mutated_refuses_to_overwrite_the_manifests_it_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

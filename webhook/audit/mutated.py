@@ -92,16 +92,21 @@ def write(directory: Path, files: dict[str, list[Entry]]) -> list[Path]:
     written = []
     for relative, entries in files.items():
         target = directory / relative
+        text = _render(relative, entries)
+        if text is None:
+            continue
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(_render(relative, entries), encoding="utf-8")
+            target.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise ManifestError(f"--write-mutated: cannot write {target}: {exc}") from exc
         written.append(target)
     return written
 
 
-def _render(relative: str, entries: list[Entry]) -> str:
+def _render(relative: str, entries: list[Entry]) -> str | None:
+    """The file's text (None: a JSON file none of whose documents could be read, which holds nothing to
+    write: JSON holds no comment, and the run's report names what could not be read)."""
     documents: list[Any] = []
     notes: list[str] = []
     lists: dict[int, dict[str, Any]] = {}
@@ -119,8 +124,8 @@ def _render(relative: str, entries: list[Entry]) -> str:
                 lists[doc.index] = {"apiVersion": "v1", "kind": "List", "items": []}
                 documents.append(lists[doc.index])
             lists[doc.index]["items"].append(obj)
-    if relative.endswith(".json") and len(documents) == 1:
+    if relative.endswith(".json") and len(documents) <= 1:
         # JSON holds no comment: an item left out is said in the run's report only
-        return json.dumps(documents[0], indent=2) + "\n"
+        return json.dumps(documents[0], indent=2) + "\n" if documents else None
     body = "---\n".join(dump(d) for d in documents)
     return "\n".join(notes) + ("\n" if notes else "") + body
