@@ -60,8 +60,9 @@ class _Rule:
     rest: Callable[[RuleContext, Any], None] | None = None
     #: the pod subresources it judges too (validation only); no other rule runs on a subresource
     subresources: tuple[str, ...] = ()
-    #: the settings as ``run`` (and ``rest``) takes them, made once per policy set (None: the settings model
-    #: itself): compiled, a native object's attribute is a load, a pydantic model's a generic lookup
+    #: the settings as ``run`` (and ``rest``) takes them, made with the plans (once per policy set and kind;
+    #: None: the settings model itself): compiled, a native object's attribute is a load, a pydantic
+    #: model's a generic lookup
     prepare: Callable[[Any], Any] | None = None
 
 

@@ -13,7 +13,7 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings, made once per policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings, made with the plans of a policy set (``prepare``)."""
 
     def __init__(self, cfg: NodeAffinityRule) -> None:
         self.required: list[NodeRequirement] = cfg.required

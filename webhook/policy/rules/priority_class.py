@@ -11,7 +11,7 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings on every pod, made once per policy set (``prepare``):
+    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set (``prepare``):
     the class a pod gets worked out from native attributes (a method of the pydantic model, interpreted,
     cost ~10,000 instructions an admission)."""
 

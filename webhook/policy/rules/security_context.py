@@ -25,7 +25,7 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings on every pod, made once per policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set (``prepare``)."""
 
     def __init__(self, cfg: SecurityContextRule) -> None:
         self.cfg = cfg

@@ -29,7 +29,7 @@ MIB_BYTES: Final = 2**20
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings, made once per policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings, made with the plans of a policy set (``prepare``)."""
 
     def __init__(self, cfg: ShmRule) -> None:
         self.cfg = cfg
