@@ -251,7 +251,7 @@ def _init_only(checks: Checks, cfg: ResourceShapeRule) -> str:
                "'); the pod holds them while its app containers run without any: request GPUs in the app containers that use them'")
     found = checks.by_severity(cfg.initOnly, message)
     # (a native sidecar, restartPolicy: Always, runs beside the app containers: its GPUs are in use)
-    plain = "c.list == 'initContainers' && !(has(c.c.restartPolicy) && c.c.restartPolicy == 'Always')"
+    plain = f"c.list == 'initContainers' && !{podspecs.is_sidecar('c')}"
     return cel.when(f"{holders}.size() > 0 && {holders}.all(c, {plain})", found, "[]")
 
 
@@ -306,12 +306,11 @@ def _plain_count() -> str:
 def _effective_count() -> str:
     """``resources.pod_gpus`` of ``n``: app containers plus sidecars, or the largest plain init
     container plus the sidecars started before it."""
-    sidecar = "(has({c}.c.restartPolicy) && {c}.c.restartPolicy == 'Always')"
     app = f"t.cs.filter(c, c.list == 'containers' && n in c.gpus).map(c, {_count('c')}).sum()"
-    sidecars = f"t.cs.filter(c, c.list == 'initContainers' && {sidecar.format(c='c')} && n in c.gpus).map(c, {_count('c')}).sum()"
-    before = (f"t.cs.filter(d, d.list == 'initContainers' && d.i < c.i && {sidecar.format(c='d')} && n in d.gpus)"
+    sidecars = f"t.cs.filter(c, c.list == 'initContainers' && {podspecs.is_sidecar('c')} && n in c.gpus).map(c, {_count('c')}).sum()"
+    before = (f"t.cs.filter(d, d.list == 'initContainers' && d.i < c.i && {podspecs.is_sidecar('d')} && n in d.gpus)"
               f".map(d, {_count('d')}).sum()")
-    peak = f"([0] + t.cs.filter(c, c.list == 'initContainers' && !{sidecar.format(c='c')} && n in c.gpus).map(c, {_count('c')} + {before})).max()"
+    peak = f"([0] + t.cs.filter(c, c.list == 'initContainers' && !{podspecs.is_sidecar('c')} && n in c.gpus).map(c, {_count('c')} + {before})).max()"
     return f"[{app} + {sidecars}, {peak}].max()"
 
 

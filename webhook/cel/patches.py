@@ -242,8 +242,7 @@ def shm(cfg: ShmRule, is_gpu: str) -> str:
     mounted = (f"(has(c.c.volumeMounts) && type({mounts}) == list && {mounts}.exists(m, type(m) == map && has(m.mountPath) && "
                f"type(m.mountPath) == string && (m.mountPath == {mount_path} || m.mountPath.matches('^/dev/shm/+$'))))")
     # (a native sidecar, restartPolicy: Always, runs beside the app containers: one of them here)
-    lists = ("(c.list == 'containers' || (has(c.c.restartPolicy) && c.c.restartPolicy == 'Always'))"
-             if not cfg.initContainers else "true")
+    lists = f"(c.list == 'containers' || {podspecs.is_sidecar('c')})" if not cfg.initContainers else "true"
     targets = f"t.cs.filter(c, c.gpus.exists(n, {is_gpu}) && {lists} && !{mounted})"
     volumes = f"{cel.sub_list('t.spec', 'volumes')}.filter(v, type(v) == map)"
     names = f"{volumes}.map(v, has(v.name) ? string(v.name) : 'None')"

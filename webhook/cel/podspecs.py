@@ -172,6 +172,11 @@ def containers(spec: str, any_gpu: Sequence[str]) -> str:
     return " + ".join(parts)
 
 
+def is_sidecar(record: str) -> str:
+    """``resources.is_sidecar`` of a container record's container (ask it of init containers only)."""
+    return f"(has({record}.c.restartPolicy) && {record}.c.restartPolicy == 'Always')"
+
+
 def container_label(record: str) -> str:
     """A container record's label for messages, ``container "c"`` (``init container "c"`` of the init
     containers; ``#<index>`` for a container without a name): worked out where a message needs it,

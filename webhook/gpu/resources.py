@@ -233,6 +233,12 @@ def gpu_count(container: Mapping[str, Any], name: str) -> Decimal:
     return Decimal(0)
 
 
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """A native sidecar: an init container with ``restartPolicy: Always``, which keeps running beside
+    the app containers for the pod's whole life (ask it of init containers only)."""
+    return container.get("restartPolicy") == "Always"
+
+
 def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher, slots: Slots | None = None) -> dict[str, Decimal]:
     """GPUs the pod needs per resource name, as the scheduler counts them.
 
@@ -257,7 +263,7 @@ def pod_gpus(spec: Mapping[str, Any], is_gpu: ResourceMatcher, slots: Slots | No
         if not ref.is_init:
             for name in names:
                 app[name] = app.get(name, Decimal(0)) + gpu_count(ref.container, name)
-        elif ref.container.get("restartPolicy") == "Always":
+        elif is_sidecar(ref.container):
             for name in names:
                 sidecars[name] = sidecars.get(name, Decimal(0)) + gpu_count(ref.container, name)
         else:

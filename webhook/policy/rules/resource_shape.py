@@ -136,7 +136,7 @@ def _check_init_only(ctx: RuleContext, cfg: ResourceShapeRule, refs: list[resour
     holders = [r for r in refs if ctx.gpu_names(r)]
     # a native sidecar (an init container with restartPolicy: Always) runs beside the app containers
     # for the pod's whole life: its GPUs are in use, as an app container's are
-    if not holders or any(not r.is_init or r.container.get("restartPolicy") == "Always" for r in holders):
+    if not holders or any(not r.is_init or resources.is_sidecar(r.container) for r in holders):
         return
     names = ", ".join(r.label() for r in holders)
     severity.report(ctx, cfg.initOnly,
@@ -174,7 +174,6 @@ def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> Non
                        f"(largest: {largest} on {node}); split the work across pods", _pointer(ctx, "containers"))
 
 
-
 #: GPU Feature Discovery's label of a node with NVIDIA GPUs (FACTS.md §2)
 GPU_PRESENT = "nvidia.com/gpu.present"
 
@@ -189,7 +188,8 @@ def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> 
     reaching = own.placements(groups)
     reached = sum(p.nodes for p in reaching)
     fits = scheduling.NodeFilter(ctx.spec, counts)
-    fitting = sum(p.nodes for p in fits.placements(groups))
+    fitting_placements = fits.placements(groups)
+    fitting = sum(p.nodes for p in fitting_placements)
     asks = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
     taints: list[str] = []
     offering: list[scheduling.Placement] = []
@@ -204,7 +204,7 @@ def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> 
     if reached > fitting:
         lacking = [p.node for p in reaching if not fits.admits(p.node)]
         found.append(f"{reached - fitting} of {reached} node(s) without {asks} ({_name(groups, lacking[0])}: Pending)")
-        with_gpus = [p.node for p in (fits.placements(groups) if fitting else offering)]
+        with_gpus = [p.node for p in (fitting_placements if fitting else offering)]
         fixes.append(_selection(ctx.spec, lacking, with_gpus, asks))
     if taints:
         offered = sum(p.nodes for p in offering)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from webhook.gpu import resources
 from webhook.kube import quantity
 from webhook.kube.patch import as_dict
 from webhook.kube.value_text import text
@@ -56,7 +57,7 @@ def run(ctx: RuleContext, settings: Settings) -> None:
         container: dict[str, Any] = spec[list_name][index]  # (slots name maps: read as a dict, no method lookup)
         mounts = container.get("volumeMounts")
         # a native sidecar (restartPolicy: Always) runs beside the app containers: one of them here
-        if ((with_init or list_name != "initContainers" or container.get("restartPolicy") == "Always")
+        if ((with_init or list_name != "initContainers" or resources.is_sidecar(container))
                 and not (type(mounts) is list and _mounts_shm(mounts))):
             targets.append(slot)
     if not targets:
