@@ -295,3 +295,16 @@ def test_a_document_nested_as_deep_as_libyaml_reads_is_loaded() -> None:
     for _ in range(995):  # (walked, not compared: == recurses as deep)
         value = value["a"]
     assert value == {"a": "x"}
+
+
+def test_a_directive_belongs_to_the_document_after_it() -> None:
+    """``%YAML 1.1`` (or ``%TAG``) before a ``---`` opens the next document, as YAML reads it (and a
+    document before it ends with ``...``): no document of its own, so no problem either."""
+    pod, service = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n", "apiVersion: v1\nkind: Service\nmetadata: {name: b}\n"
+    text = "%YAML 1.1\n---\n" + pod + "...\n%YAML 1.1\n%TAG !k! tag:k8s.io,2024:\n# the service\n---\n" + service
+    items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), text))
+    assert [(type(i).__name__, i.index, i.line) for i in items] == [("Document", 1, 3), ("Document", 2, 11)]
+    assert [i.obj["kind"] for i in items if isinstance(i, inputs.Document)] == ["Pod", "Service"]
+    # a broken document after a directive is still its own problem, its lines counted from the file's first
+    (problem,) = [i for i in inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), "%YAML 1.1\n---\na: [\n") if isinstance(i, inputs.Problem)]
+    assert (problem.index, problem.line) == (1, 3) and problem.message.startswith("invalid YAML at line")

@@ -36,7 +36,11 @@ STDIN_NAME = "<stdin>"
 CLUSTER_PREFIX = "cluster:"
 
 _SEPARATOR = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
-_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)[ \t]*[^\s#]", re.M)
+#: a line of a document's own (not a separator, a comment, a blank line or a directive)
+_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)(?!%)[ \t]*[^\s#]", re.M)
+#: directives (``%YAML 1.1``, ``%TAG …``), with the comments and blank lines among them, that end a chunk:
+#: they belong to the document whose ``---`` follows
+_DIRECTIVES = re.compile(r"(?:^%[^\n]*\n)(?:^(?:%|[ \t]*#|[ \t]*\r?$)[^\n]*\n)*\Z", re.M)
 
 
 @dataclass(frozen=True)
@@ -268,6 +272,11 @@ def split_documents(text: str) -> list[Chunk]:
     starts = [m.start() for m in _SEPARATOR.finditer(text)]
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
+    for n in range(1, len(starts)):  # a chunk's closing directives open the next one
+        if text[starts[n] - 1 : starts[n]] == "\n" and "%" in text[starts[n - 1] : starts[n]]:
+            found = _DIRECTIVES.search(text, starts[n - 1], starts[n])
+            if found is not None:
+                starts[n] = found.start()
     starts.append(len(text))
     chunks: list[Chunk] = []
     line = 1
