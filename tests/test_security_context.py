@@ -76,7 +76,7 @@ def test_an_empty_pod_gets_what_the_field_by_field_defaults_give(
 
     pod = _pod(pod_sc, containers, init)
     whole, expected = _context(pod), _context(pod)
-    security_context.run(whole, security_context.prepare(cfg))
+    security_context.run(whole, security_context.Settings(cfg))
     _field_by_field(expected, cfg)
     assert json.dumps(whole.builder.ops) == json.dumps(expected.builder.ops), "the same patch, keys in the same order"
     assert apply_patch(pod, whole.builder.ops) == whole.builder.doc == expected.builder.doc
@@ -115,7 +115,7 @@ def test_root_keeps_its_capabilities_and_the_pod_gets_no_identity(
 ) -> None:
     pod = _pod(pod_sc, containers, init)
     ctx = _context(pod)
-    security_context.run(ctx, security_context.prepare(SecurityContextRule()))
+    security_context.run(ctx, security_context.Settings(SecurityContextRule()))
     patched = apply_patch(pod, ctx.builder.ops)
     assert_schema_valid(patched)
     pod_before = pod_sc if isinstance(pod_sc, dict) else {}
@@ -139,5 +139,5 @@ def test_root_keeps_its_capabilities_and_the_pod_gets_no_identity(
             if not own.get("privileged"):
                 assert sc["allowPrivilegeEscalation"] is own.get("allowPrivilegeEscalation", False)
     again = _context(patched)
-    security_context.run(again, security_context.prepare(SecurityContextRule()))
+    security_context.run(again, security_context.Settings(SecurityContextRule()))
     assert again.builder.ops == [], "a second pass changes nothing"

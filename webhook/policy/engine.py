@@ -60,17 +60,17 @@ class _Rule:
     rest: Callable[[RuleContext, Any], None] | None = None
     #: the pod subresources it judges too (validation only); no other rule runs on a subresource
     subresources: tuple[str, ...] = ()
-    #: the settings as ``run`` (and ``rest``) takes them, made with the plans (once per policy set and kind;
-    #: None: the settings model itself): compiled, a native object's attribute is a load, a pydantic
-    #: model's a generic lookup
+    #: the settings as ``run`` (and ``rest``) takes them: the module's ``Settings`` class, made of the
+    #: settings model with the plans (once per policy set and kind; None: the model itself): compiled, a
+    #: native object's attribute is a load, a pydantic model's a generic lookup
     prepare: Callable[[Any], Any] | None = None
 
 
 def _rule(name: str, module: ModuleType) -> _Rule:
     """A rule family: the module holding its ``PHASES`` and ``run`` (and ``run_rest``, ``SUBRESOURCES``,
-    ``prepare``), under its settings name."""
+    ``Settings``), under its settings name."""
     return _Rule(name, module.PHASES, module.run, getattr(module, "run_rest", None), getattr(module, "SUBRESOURCES", ()),
-                 getattr(module, "prepare", None))
+                 getattr(module, "Settings", None))
 
 
 #: Every rule family, in the order they run within a policy.

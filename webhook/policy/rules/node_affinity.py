@@ -13,7 +13,7 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings, made with the plans of a policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings, made with the plans of a policy set."""
 
     def __init__(self, cfg: NodeAffinityRule) -> None:
         self.required: list[NodeRequirement] = cfg.required
@@ -23,9 +23,6 @@ class Settings:
             (extra.matcher, extra.required, extra.preferred) for extra in cfg.byResource]
         self.deny_conflicts = cfg.onConflict == "deny"
 
-
-def prepare(cfg: NodeAffinityRule) -> Settings:
-    return Settings(cfg)
 
 
 def run(ctx: RuleContext, cfg: Settings) -> None:

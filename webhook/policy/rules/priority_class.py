@@ -11,7 +11,7 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set (``prepare``):
+    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set:
     the class a pod gets worked out from native attributes (a method of the pydantic model, interpreted,
     cost ~10,000 instructions an admission)."""
 
@@ -38,9 +38,6 @@ class Settings:
             return self.fallback
         return name or self.default
 
-
-def prepare(cfg: PriorityClassRule) -> Settings:
-    return Settings(cfg)
 
 
 def run(ctx: RuleContext, settings: Settings) -> None:

@@ -25,16 +25,13 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set."""
 
     def __init__(self, cfg: SecurityContextRule) -> None:
         self.cfg = cfg
         self.unset_pod_defaults: dict[str, Any] = cfg.unset_pod_defaults
         self.seccomp: str | None = cfg.seccompProfile
 
-
-def prepare(cfg: SecurityContextRule) -> Settings:
-    return Settings(cfg)
 
 
 def run(ctx: RuleContext, settings: Settings) -> None:

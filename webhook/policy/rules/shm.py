@@ -30,7 +30,7 @@ MIB_BYTES: Final = 2**20
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings, made with the plans of a policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings, made with the plans of a policy set."""
 
     def __init__(self, cfg: ShmRule) -> None:
         self.cfg = cfg
@@ -38,9 +38,6 @@ class Settings:
         self.volume_name = cfg.volumeName
         self.size_memo: dict[str, tuple[int, str]] = cfg.size_memo
 
-
-def prepare(cfg: ShmRule) -> Settings:
-    return Settings(cfg)
 
 
 def run(ctx: RuleContext, settings: Settings) -> None:

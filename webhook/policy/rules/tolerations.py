@@ -12,14 +12,11 @@ PHASES = ("mutate",)
 
 
 class Settings:
-    """What ``run`` reads of the rule's settings, made with the plans of a policy set (``prepare``)."""
+    """What ``run`` reads of the rule's settings, made with the plans of a policy set."""
 
     def __init__(self, cfg: TolerationsRule) -> None:
         self.wanted: tuple[dict[str, object], ...] = cfg.wanted
 
-
-def prepare(cfg: TolerationsRule) -> Settings:
-    return Settings(cfg)
 
 
 def run(ctx: RuleContext, cfg: Settings) -> None:
