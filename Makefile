@@ -123,7 +123,7 @@ bench-index: $(STAMP)
 	$(BIN)/python bench/index.py
 
 # h2load drives the servers (Debian package nghttp2-client); the server as the image runs it (the
-# policy core compiled), then as `make serve` runs it (interpreted); each at its default log level, beside WARNING
+# policy core compiled), then as `make serve` runs it (interpreted); each as it ships, beside --log-mutations
 bench-server: compiled
 	command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)
 	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) $(ROOT)/$(BIN)/python bench/server.py

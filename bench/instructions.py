@@ -9,9 +9,10 @@ installs it) for what one admission costs in-process, per payload of
 
 - ours: the review's JSON objects counted, the review parsed, evaluated (in
   place, as the server does), the answer built and encoded, and the line
-  per admission made at the server's default log level (INFO: a line for
-  a patch or a denial) and written as `serve` writes it (its writer thread
-  included; ``--log-level WARNING``: no line);
+  per admission made as `serve` makes it at its default log level (INFO: a
+  line for a denial; for a patch too with ``--log-mutations``, as
+  `serve --log-mutations` does) and written as `serve` writes it (its
+  writer thread included; ``--log-level WARNING``: no line);
 - null: what the null webhook of `make bench-server` does in-process: the
   body parsed with ``json.loads``, the "allowed" answer dumped.
 
@@ -30,7 +31,7 @@ seed, and no garbage collection during the loop). Instructions are not time
 than a loop's), but a change that removes instructions from the hot path
 shows here to the last one; `make bench-server` says what it is worth.
 
-    make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD --log-level WARNING]
+    make bench-instructions      # or: python bench/instructions.py [--small N --large M --only PAYLOAD --log-level WARNING --log-mutations]
     python bench/instructions.py --server [--requests N --only PAYLOAD]   # the whole server per request (also h2load)
 """
 
@@ -56,9 +57,9 @@ from webhook import compiled  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def loop(side: str, file: Path, admissions: int, level: str) -> None:
+def loop(side: str, file: Path, admissions: int, level: str, mutations: bool) -> None:
     """Admit the review in ``file`` ``admissions`` times, as ``side`` ("ours" or "null") does, logging at
-    ``level`` (run under valgrind)."""
+    ``level``, a patch too with ``mutations`` (run under valgrind)."""
     body = file.read_bytes()
     if side == "null":
         _quiet()
@@ -83,7 +84,7 @@ def loop(side: str, file: Path, admissions: int, level: str) -> None:
         outcome = evaluation.decide(policies, parsed, EMPTY_VIEW, "mutate", limits, objects)
         decision, answer = handlers._answer(parsed, outcome.decision, "mutate", limits.max_patch_bytes)
         reviews.encode(answer)
-        handlers.log_decision(output, "/mutate", parsed, decision, handlers._outcome(decision, outcome.refused))
+        handlers.log_decision(output, "/mutate", parsed, decision, handlers._outcome(decision, outcome.refused), mutations)
     output.close()
 
 
@@ -95,11 +96,11 @@ def _quiet() -> None:
     gc.disable()
 
 
-def instructions(side: str, file: Path, admissions: int, level: str) -> int:
+def instructions(side: str, file: Path, admissions: int, level: str, mutations: bool) -> int:
     """Instructions the whole process executes for ``admissions`` admissions (start-up included)."""
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--loop", side, str(file), str(admissions), level],
+         sys.executable, __file__, "--loop", side, str(file), str(admissions), level, "mutations" if mutations else "-"],
         capture_output=True, text=True, check=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts in every run
     ).stderr
@@ -117,7 +118,7 @@ def per_request(command: list[str], port: int, file: Path, requests: int, out: P
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     try:
-        wait_ready(port, server)
+        wait_ready(port, server, 600)  # under callgrind, start-up takes ~50 times as long (~60 s)
         h2load(port, file, 200, out.with_suffix(".log"))  # warm: caches, the allocator's pools
         subprocess.run(["callgrind_control", "--zero", str(server.pid)], check=True, capture_output=True)
         h2load(port, file, requests, out.with_suffix(".log"))
@@ -132,7 +133,7 @@ def per_request(command: list[str], port: int, file: Path, requests: int, out: P
     return int(found.group(1)) / requests
 
 
-def servers(tmp: Path, requests: int, only: str | None) -> None:
+def servers(tmp: Path, requests: int, only: str | None, log_mutations: bool) -> None:
     """``--server``: ours and the orjson floor, whole processes, per request."""
     from tests.support import free_ports
 
@@ -144,15 +145,15 @@ def servers(tmp: Path, requests: int, only: str | None) -> None:
         file = tmp / f"{n}.json"
         file.write_text(json.dumps(review))
         ours_port, floor_port = free_ports(2)
-        ours = per_request(serve_command(ours_port, cert, key), ours_port, file, requests, tmp / f"ours-{n}.out")
+        ours = per_request(serve_command(ours_port, cert, key, log_mutations=log_mutations), ours_port, file, requests, tmp / f"ours-{n}.out")
         floor = per_request(floor_command(floor_port, cert, key), floor_port, file, requests, tmp / f"floor-{n}.out")
         print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {floor:12,.0f} {floor / ours:5.2f}x")
     print(f"{requests} requests per count (20 connections, after 200 to warm up); ratio: floor / ours, as "
-          f"make bench-server's; log level INFO; policy core: {compiled.policy_core()}")
+          f"make bench-server's; log level INFO{', --log-mutations' if log_mutations else ''}; policy core: {compiled.policy_core()}")
 
 
-def per_admission(side: str, file: Path, small: int, large: int, level: str) -> float:
-    return (instructions(side, file, large, level) - instructions(side, file, small, level)) / (large - small)
+def per_admission(side: str, file: Path, small: int, large: int, level: str, mutations: bool) -> float:
+    return (instructions(side, file, large, level, mutations) - instructions(side, file, small, level, mutations)) / (large - small)
 
 
 def main() -> None:
@@ -161,12 +162,13 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=250)
     parser.add_argument("--only", help="one payload (e.g. 'training pod')")
     parser.add_argument("--log-level", default="INFO", choices=["INFO", "WARNING"], help="ours: INFO (the default) or WARNING")
+    parser.add_argument("--log-mutations", action="store_true", help="ours: a line per patch too (serve --log-mutations)")
     parser.add_argument("--server", action="store_true", help="whole servers per request, ours and the orjson floor")
     parser.add_argument("--requests", type=int, default=2000, help="--server: requests per count")
-    parser.add_argument("--loop", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--loop", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
-        loop(args.loop[0], Path(args.loop[1]), int(args.loop[2]), args.loop[3])
+        loop(args.loop[0], Path(args.loop[1]), int(args.loop[2]), args.loop[3], args.loop[4] == "mutations")
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: apt-get install valgrind (make bench-instructions does it)")
@@ -174,7 +176,7 @@ def main() -> None:
         if shutil.which("h2load") is None:
             raise SystemExit("h2load not found: apt-get install nghttp2-client (make bench-server does it)")
         with tempfile.TemporaryDirectory() as tmp:
-            servers(Path(tmp), args.requests, args.only)
+            servers(Path(tmp), args.requests, args.only, args.log_mutations)
         return
     if not args.small < args.large:
         raise SystemExit("--small must be below --large")
@@ -185,10 +187,11 @@ def main() -> None:
                 continue
             file = Path(tmp) / f"{n}.json"
             file.write_text(json.dumps(review))
-            ours = per_admission("ours", file, args.small, args.large, args.log_level)
-            null = per_admission("null", file, args.small, args.large, args.log_level)
+            ours = per_admission("ours", file, args.small, args.large, args.log_level, args.log_mutations)
+            null = per_admission("null", file, args.small, args.large, args.log_level, False)
             print(f"{case:18} {file.stat().st_size:7} {ours:12,.0f} {null:12,.0f} {ours / null:5.2f}x")
-    print(f"admissions {args.large} - {args.small} per count; log level {args.log_level}; policy core: {compiled.policy_core()}")
+    print(f"admissions {args.large} - {args.small} per count; log level {args.log_level}"
+          f"{', --log-mutations' if args.log_mutations else ''}; policy core: {compiled.policy_core()}")
 
 
 if __name__ == "__main__":

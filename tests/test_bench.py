@@ -76,21 +76,22 @@ def test_bench_server_compares_every_payload_with_the_null_webhook() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
     )
     out = result.stdout
-    tables = out.split("gpu-admission WARNING (--log-level WARNING")
-    assert len(tables) == 2 and tables[0].startswith("gpu-admission (as shipped: --log-level INFO"), out
-    for table in tables:  # as shipped, then at WARNING: a row per payload in each
+    tables = out.split("gpu-admission --log-mutations (a line per patch or denial)")
+    assert len(tables) == 2 and tables[0].startswith("gpu-admission (as shipped: --log-level INFO, a line per denial)"), out
+    for table in tables:  # as shipped, then with --log-mutations: a row per payload in each
         for case in ("training pod", "PyTorchJob pod", "Deployment", "20-container pod", "pod without GPU"):
             assert re.search(rf"^{re.escape(case)} +\d+ +\d+ +\d+ +[\d.]+x +[\d.]+x +[\d.]+ms +[\d.]+ms +[\d.]+x  "
                              r"+[\d.]+x +[\d.]+x +[\d.]+-[\d.]+x +[\d.]+x  (met|NOT met)$", table, re.M), out
-    # a line per patch or denial at INFO: three of the five payloads are patched (not the Deployment,
-    # whose template the shipped policies only check, nor the pod without GPU), 200 requests each
-    logged = re.search(r"^log lines written: gpu-admission ([\d,]+) \(([\d.]+) per admission\), 0 dropped; "
-                       r"gpu-admission WARNING (\d+) \([\d.]+ per admission\), 0 dropped$", out, re.M)
+    # as shipped, a line per denial (none: every payload is allowed); with --log-mutations, a line per patch
+    # too: three of the five payloads are patched (not the Deployment, whose template the shipped policies
+    # only check, nor the pod without GPU), 200 requests each
+    logged = re.search(r"^log lines written: gpu-admission (\d+) \([\d.]+ per admission\), 0 dropped; "
+                       r"gpu-admission --log-mutations ([\d,]+) \(([\d.]+) per admission\), 0 dropped$", out, re.M)
     assert logged, out
-    assert 3 * 200 <= int(logged.group(1).replace(",", "")) < 3 * 200 + 10 and int(logged.group(3)) < 10, out
+    assert int(logged.group(1)) < 10 and 3 * 200 <= int(logged.group(2).replace(",", "")) < 3 * 200 + 10, out
     assert re.search(r"^resident memory right after the load / at rest 3 s later: null json \d+ / \d+ MB; "
                      r"null orjson \d+ / \d+ MB; plain \d+ / \d+ MB; gpu-admission \d+ / \d+ MB; "
-                     r"gpu-admission WARNING \d+ / \d+ MB$", out, re.M), out
+                     r"gpu-admission --log-mutations \d+ / \d+ MB$", out, re.M), out
 
 
 def test_the_plain_webhook_of_bench_server_mutates_and_refuses_as_a_hand_written_webhook_would() -> None:

@@ -23,7 +23,7 @@ from tests.support import REPO, corpus_reviews, listening_port, load_review
 from webhook import log_line, logs, review
 from webhook.policy.decision import Decision
 from webhook.policy.finding import Finding
-from webhook.server import keys
+from webhook.server import handlers, keys
 from webhook.view.snapshot import SnapshotView
 
 
@@ -240,12 +240,10 @@ def _read_until(fd: int, marker: bytes | None) -> bytes:
             return data
 
 
-@pytest.mark.parametrize(("terminal", "flags", "text"), [(False, (), False), (True, (), True), (True, ("--log-format", "json"), False)],
-                         ids=["file", "terminal", "terminal-asked-json"])
-async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
-    pki: Pki, policy_dir: Path, terminal: bool, flags: tuple[str, ...], text: bool,
-) -> None:
-    """The line per admission as `serve` writes it (without a LogRecord): the same keys in both formats."""
+async def _served(pki: Pki, policy_dir: Path, flags: tuple[str, ...], mutated: list[dict[str, Any]], denied: dict[str, Any],
+                  terminal: bool = False) -> tuple[str, list[dict[str, Any]]]:
+    """What `serve` (with ``flags``, its output a pipe or a terminal) writes by the time it has logged the
+    denial of ``denied`` on /validate, sent after each of ``mutated`` on /mutate; and their answers."""
     read_end, write_end = pty.openpty() if terminal else os.pipe()
     proc = subprocess.Popen(
         [sys.executable, "-m", "webhook", "serve", "--no-cluster", "--host", "127.0.0.1", "--port", "0",
@@ -253,19 +251,33 @@ async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
         cwd=REPO, stdout=write_end, stderr=write_end,
     )
     os.close(write_end)
-    sent = _denied_review(1)
+    answers = []
     try:
         base = f"https://127.0.0.1:{listening_port(proc)}"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=pki.client_context())) as session:
-            async with session.post(base + "/validate", json=sent) as resp:
+            for sent in mutated:
+                async with session.post(base + "/mutate", json=sent) as resp:
+                    answers.append((await resp.json())["response"])
+            async with session.post(base + "/validate", json=denied) as resp:
                 assert not (await resp.json())["response"]["allowed"]
         output = await asyncio.wait_for(asyncio.to_thread(_read_until, read_end, b"deny: "), 60)
     finally:
         proc.kill()
         proc.wait()
         os.close(read_end)
+    return output.decode(), answers
+
+
+@pytest.mark.parametrize(("terminal", "flags", "text"), [(False, (), False), (True, (), True), (True, ("--log-format", "json"), False)],
+                         ids=["file", "terminal", "terminal-asked-json"])
+async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
+    pki: Pki, policy_dir: Path, terminal: bool, flags: tuple[str, ...], text: bool,
+) -> None:
+    """The line per admission as `serve` writes it (without a LogRecord): the same keys in both formats."""
+    sent = _denied_review(1)
+    output, _ = await _served(pki, policy_dir, flags, [], sent, terminal)
     req = sent["request"]
-    line = next(line for line in output.decode().splitlines() if "deny: " in line)
+    line = next(line for line in output.splitlines() if "deny: " in line)
     if text:
         assert re.fullmatch(
             rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} INFO webhook\.server\.handlers: deny: \[gpu-validations/resourceShape\] .* "
@@ -282,6 +294,38 @@ async def test_serve_writes_json_lines_off_a_terminal_and_text_lines_on_one(
             "namespace": req["namespace"], "object": req["name"], "endpoint": "/validate", "verdict": "deny",
             "rules": ["gpu-validations/resourceShape"],
         }
+
+
+@pytest.mark.parametrize("flags", [(), ("--log-mutations",)], ids=["as shipped", "--log-mutations"])
+async def test_a_patch_is_a_line_at_info_only_with_log_mutations(pki: Pki, policy_dir: Path, flags: tuple[str, ...]) -> None:
+    """As Gatekeeper: a patched admission is logged at INFO only when asked (the object names what changed
+    in its provenance annotation); a denial always is. The patch is sent first, the denial after it: the
+    writer keeps their order, so the patch's line, when there is one, comes before the denial's."""
+    patched = load_review(next(p for p in corpus_reviews() if "mutate_create_pods" in p.name))
+    output, (answer,) = await _served(pki, policy_dir, flags, [patched], _denied_review(1))
+    assert answer["allowed"] and answer["patch"], "the shipped policies patch this GPU pod"
+    decisions = [json.loads(line) for line in output.splitlines() if '"verdict"' in line]
+    assert [(d["level"], d["verdict"]) for d in decisions] == [("info", "patch")] * bool(flags) + [("info", "deny")]
+    if flags:
+        req = patched["request"]
+        assert decisions[0]["uid"] == req["uid"] and decisions[0]["endpoint"] == "/mutate"
+        assert decisions[0]["msg"].startswith("patch: ")
+
+
+@pytest.mark.parametrize("mutations", [False, True])
+@pytest.mark.parametrize("findings", [(), (Finding("shape-audit", "resourceShape", "audit", "fractional GPUs"),)],
+                         ids=["no findings", "an audit finding"])
+def test_the_level_of_a_patch_line(caplog: pytest.LogCaptureFixture, mutations: bool, findings: tuple[Finding, ...]) -> None:
+    """A patch: INFO with --log-mutations or beside an audit-mode finding (the operator trying the rule reads
+    it), DEBUG otherwise; its verdict stays "patch"."""
+    parsed = review.parse_review(json.dumps(_denied_review(1)))
+    decision = Decision(allowed=True, patch=({"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"},),
+                        findings=findings)
+    with caplog.at_level(logging.DEBUG, logger="webhook"):
+        handlers.log_decision(None, "/mutate", parsed, decision, "patch", mutations)
+    (record,) = [r for r in caplog.records if r.name == "webhook.server.handlers"]
+    assert record.levelno == (logging.INFO if mutations or findings else logging.DEBUG)
+    assert render(record)["verdict"] == "patch"
 
 
 _FINDINGS = (

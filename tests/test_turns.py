@@ -51,7 +51,7 @@ async def test_reviews_sent_together_are_each_answered_as_when_sent_alone(
     start_webhook: StartWebhook, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="webhook.server.handlers")
-    webhook = await start_webhook()
+    webhook = await start_webhook(log_mutations=True)  # (a line per patch too: serve --log-mutations)
     bodies = _reviews(40)
     patched = 0
     for path in ("/mutate", "/validate"):  # (sent together: a connection each, aiohttp's client opens up to 100)

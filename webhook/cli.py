@@ -171,6 +171,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--idle-timeout", type=_positive_seconds, default=60.0, help="seconds before an idle connection is closed")
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
     p.add_argument("--eval-deadline", type=_positive_seconds, default=2.0, help="seconds a large object's evaluation may take")
+    p.add_argument("--log-mutations", action="store_true",
+                   help="log each admission that only patches at INFO (default: DEBUG; denials and audit findings are INFO)")
     p.add_argument("--log-format", choices=FORMATS, default="auto",
                    help="auto: text lines on a terminal, JSON lines otherwise (as in a pod)")
     p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",

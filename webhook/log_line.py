@@ -1,7 +1,8 @@
 """A log line as bytes: its time, its JSON, and what the line per admission says.
 
-Compiled with the policy core (webhook/compiled.py): every patched or
-denied admission makes one such line at the default log level, and as
+Compiled with the policy core (webhook/compiled.py): every denied
+admission makes one such line at the default log level (and every patched
+one with ``serve --log-mutations``), and as
 interpreted code (a fields map, then the formatter's entry, its clock and
 its dump, each a frame of its own) it cost ~7 µs of a cold server's
 request. ``webhook.logs`` (whose handler and formatters subclass
@@ -94,8 +95,8 @@ def decision_line(when: str, level: str, logger: str, endpoint: str, parsed: rev
                   outcome: str) -> bytes:
     """The JSON line per admission, newline included: what ``json_line(when, level, logger, f"{outcome}: {text}",
     fields)`` makes of ``decision_fields``, byte for byte, built as one map (the line's keys in its order)
-    rather than a map of fields copied into the line's; the line is made on every patched or denied
-    admission (-3,200 instructions of ~314,000 per admission of the training pod, bench/instructions.py)."""
+    rather than a map of fields copied into the line's (-3,200 instructions of ~314,000 per patched
+    admission of the training pod logged at INFO, bench/instructions.py)."""
     msg = outcome + ": " + _text(decision, outcome)
     if len(msg) > MAX_MESSAGE_CHARS:
         msg = cut(msg, MAX_MESSAGE_CHARS)

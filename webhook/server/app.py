@@ -51,6 +51,9 @@ class AppConfig:
     compiled: Path | None = None
     #: /metrics on this app's (TLS) port; serve --metrics-port moves it to a plain port of its own
     serve_metrics: bool = True
+    #: serve --log-mutations: the line per admission for a patch at INFO (by default at DEBUG: the object
+    #: carries its own note of what changed, docs/robustness.md "Logs")
+    log_mutations: bool = False
 
 
 def create_app(
@@ -85,6 +88,7 @@ def create_app(
     app[keys.TURNS] = evaluation.Turns(handlers.answer_inline, handlers.account)
     if log_output is not None:
         app[keys.LOG_OUTPUT] = log_output
+    app[keys.LOG_MUTATIONS] = config.log_mutations
     app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_executor_ctx)
     fixed_view = view or EMPTY_VIEW

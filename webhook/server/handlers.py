@@ -43,6 +43,7 @@ class Served(NamedTuple):
     view: keys.ViewGetter
     resolver: Resolver | None
     log_output: Output | None
+    log_mutations: bool
     turns: evaluation.Turns[Answered, bytes]
 
 
@@ -50,7 +51,7 @@ def served(app: web.Application) -> Served:
     """The state admissions read, from a started ``app``."""
     return Served(
         app, app[keys.METRICS], app[keys.LIMITS], app[keys.STORE], app[keys.VIEW], app.get(keys.RESOLVER),
-        app.get(keys.LOG_OUTPUT), app[keys.TURNS],
+        app.get(keys.LOG_OUTPUT), app[keys.LOG_MUTATIONS], app[keys.TURNS],
     )
 
 
@@ -293,18 +294,27 @@ def _observe(state: Served, endpoint: str, parsed: review.Review, decision: Deci
     metrics.count_findings(decision.findings)
     if decision.exceptions:
         metrics.count_exceptions(endpoint, decision.exceptions)
-    log_decision(state.log_output, endpoint, parsed, decision, outcome)
+    log_decision(state.log_output, endpoint, parsed, decision, outcome, state.log_mutations)
 
 
-def log_decision(output: Output | None, endpoint: str, parsed: review.Review, decision: Decision, outcome: str) -> None:
-    """The line per admission: INFO for a patch, a denial or an audit finding, DEBUG otherwise; written
-    to ``output`` (`serve`'s, without a LogRecord) or through this module's logger."""
+def log_decision(output: Output | None, endpoint: str, parsed: review.Review, decision: Decision, outcome: str,
+                 mutations: bool = False) -> None:
+    """The line per admission: INFO for a denial or an audit finding, and for a patch with ``mutations``
+    (serve --log-mutations), DEBUG otherwise; written to ``output`` (`serve`'s, without a LogRecord) or
+    through this module's logger. A patch is not logged at INFO by default: the object it changed
+    carries the note of what changed and which policy did it (the provenance annotation), kube-apiserver's
+    audit log records the patch, and the requests metric counts it; as in Gatekeeper (--log-mutations)."""
     findings = decision.findings
-    if outcome == "patch" or outcome == "deny" or outcome == "error":
+    if outcome == "deny" or outcome == "error":
         level = logging.INFO
     elif findings and any(f.audited for f in findings):
         # what audit-mode rules would refuse or change: the operator trying them before enforcing them reads it
-        outcome, level = "audit", logging.INFO
+        # (a patched admission's line says "patch" and names them among its rules)
+        level = logging.INFO
+        if outcome != "patch":
+            outcome = "audit"
+    elif outcome == "patch" and mutations:
+        level = logging.INFO
     else:
         level = logging.DEBUG
     if not log.isEnabledFor(level):  # allowed unchanged at INFO: no line, so no fields worked out for one

@@ -40,3 +40,5 @@ RESOLVER = web.AppKey("resolver", Resolver)
 LEDGER = web.AppKey("ledger", Ledger)
 #: where `serve` writes its log lines (logs.configure), for the line per admission; absent in tests
 LOG_OUTPUT = web.AppKey("log_output", Output)
+#: serve --log-mutations: an admission that only patches is logged at INFO (else at DEBUG)
+LOG_MUTATIONS = web.AppKey("log_mutations", bool)

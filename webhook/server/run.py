@@ -39,7 +39,7 @@ def serve(args: argparse.Namespace, output: logs.Output) -> int:
     metrics.count_log_drops(lambda: output.dropped)
     app = create_app(
         AppConfig(policies=args.policies, reload_interval=args.reload_interval, limits=limits, freeze_gc_after_sync=True,
-                  compiled=args.compiled, serve_metrics=args.metrics_port is None),
+                  compiled=args.compiled, serve_metrics=args.metrics_port is None, log_mutations=args.log_mutations),
         tls=tls,
         cluster=_cluster_builder(api_client) if api_client is not None else None,
         images=flags.settings(args, budget=args.registry_budget_ms / 1000),
