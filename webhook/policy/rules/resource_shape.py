@@ -47,7 +47,9 @@ def run_rest(ctx: RuleContext, cfg: ResourceShapeRule) -> None:
         sharing = cfg.sharingSchemes.matcher
         counts = {n: c for n, c in ctx.extended_gpus().items() if not sharing(n)}
         if counts:
-            _check_node_capacity(ctx, counts)
+            pinned = ctx.spec.get("nodeName")
+            if not (type(pinned) is str and pinned and _check_pinned_node(ctx, pinned, counts)):
+                _check_node_capacity(ctx, counts)
             if workload.binds_to_nodes(ctx.request.group, ctx.request.kind, ctx.target):
                 _check_daemon_set_nodes(ctx, counts)
 
@@ -176,6 +178,40 @@ def _check_node_capacity(ctx: RuleContext, counts: Mapping[str, Decimal]) -> Non
 
 #: GPU Feature Discovery's label of a node with NVIDIA GPUs (FACTS.md §2)
 GPU_PRESENT = "nvidia.com/gpu.present"
+#: the kubelet's annotation of a static pod's mirror (the pod runs whatever the API answers)
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal]) -> bool:
+    """A pod pinned by ``spec.nodeName`` skips the scheduler: the kubelet of that node admits it or
+    fails it at once (``OutOf<resource>``), and a template's controller makes another, and another.
+    Refuse what the named node cannot give; False when the view does not know the node (a node
+    still joining, a typo: the kubelet's answer is as clear as ours could be), which leaves the
+    largest node's check to run instead.
+
+    A node GPU Feature Discovery labels as having GPUs but that offers none yet (its device plugin
+    not registered: a node just booted, a driver upgrade) is only warned of; a static pod's mirror,
+    which the kubelet runs whatever the API answers, is left alone."""
+    node = next((g.members[name] for g in ctx.view.node_groups() if name in g.members), None)
+    if node is None:
+        return False
+    annotations = ctx.meta.get("annotations")
+    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
+        return True
+    short = [(res, count, scheduling.allocatable(node, res)) for res, count in sorted(counts.items())]
+    short = [(res, count, has) for res, count, has in short if has < count]
+    if not short:
+        return True
+    res, count, has = short[0]
+    if has == 0 and scheduling.node_labels(node).get(GPU_PRESENT) == "true":
+        severity.report(ctx, "warn", f"{ctx.where()}: spec.nodeName binds it to {name}, which has GPUs but offers no "
+                        f"{res} yet (device plugin not registered?): its kubelet fails the pod (OutOf{res}) until it does",
+                        _pointer(ctx, "nodeName"))
+    else:
+        severity.report(ctx, "deny", f"{ctx.where()}: asks for {count} {res}, but spec.nodeName binds it to {name}, which "
+                        f"offers {has} (its kubelet fails the pod: OutOf{res}); remove nodeName, or name a node with {res}",
+                        _pointer(ctx, "nodeName"))
+    return True
 
 
 def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
