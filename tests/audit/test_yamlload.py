@@ -232,7 +232,7 @@ def _comparable(items: list[inputs.Document | inputs.Problem]) -> list[Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.sampled_from(_K8S), min_size=1, max_size=6),
-    st.lists(st.sampled_from(["---\n", "--- \n", "---\n# c\n", "...\n---\n", "%YAML 1.1\n---\n"]), min_size=6, max_size=6),
+    st.lists(st.sampled_from(["---\n", "--- \n", "---\n# c\n", "...\n---\n"]), min_size=6, max_size=6),
 )
 def test_a_file_read_in_one_pass_gives_what_each_document_alone_gives(documents: list[str], separators: list[str]) -> None:
     text = documents[0] + "".join(s + d for s, d in zip(separators, documents[1:]))
@@ -297,6 +297,28 @@ def test_a_document_nested_as_deep_as_libyaml_reads_is_loaded() -> None:
     assert value == {"a": "x"}
 
 
+#: whole objects, and directives the way they come between documents
+_OBJECTS = [_K8S[0], _K8S[1], _K8S[13], _K8S[17], "apiVersion: v1\nkind: ConfigMap\ndata:\n  k: \"a\n%d\"\n"]
+_DIRECTIVES = ["---\n", "%YAML 1.1\n---\n", "...\n%YAML 1.1\n---\n", "---\n%YAML 1.1\n---\n",
+               "...\n# c\n%YAML 1.1\n\n%TAG !k! tag:k8s.io,2024:\n---\n", "\n%TAG ! tag:x,2024:\n--- \n"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_OBJECTS), min_size=1, max_size=5), st.lists(st.sampled_from(_DIRECTIVES), min_size=5, max_size=5),
+       st.booleans())
+def test_directives_between_documents_give_what_yaml_reads_of_the_whole_file(
+    documents: list[str], separators: list[str], opened: bool
+) -> None:
+    """Whatever directives come between documents (and before the first), the file's objects are
+    those YAML reads of the whole text, one per document, and no problem."""
+    text = ("%YAML 1.1\n---\n" if opened else "") + documents[0] + "".join(s + d for s, d in zip(separators, documents[1:]))
+    items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), text))
+    assert all(isinstance(i, inputs.Document) for i in items), (text, items)
+    whole = [v for v in yaml.load_all(text, Loader=C_LOADER) if v is not None]
+    assert [_canon(i.obj, {}) for i in items] == [_canon(v, {}) for v in whole], text  # type: ignore[union-attr]
+    assert [i.index for i in items] == list(range(1, len(documents) + 1)), text
+
+
 def test_a_directive_belongs_to_the_document_after_it() -> None:
     """``%YAML 1.1`` (or ``%TAG``) before a ``---`` opens the next document, as YAML reads it (and a
     document before it ends with ``...``): no document of its own, so no problem either."""
@@ -305,6 +327,18 @@ def test_a_directive_belongs_to_the_document_after_it() -> None:
     items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), text))
     assert [(type(i).__name__, i.index, i.line) for i in items] == [("Document", 1, 3), ("Document", 2, 11)]
     assert [i.obj["kind"] for i in items if isinstance(i, inputs.Document)] == ["Pod", "Service"]
+    # directives closing the file, after a document: the document is read, the directives are a problem
+    document, problem = inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), service + "...\n%YAML 1.1\n")
+    assert isinstance(document, inputs.Document) and document.obj["kind"] == "Service"
+    assert isinstance(problem, inputs.Problem) and (problem.index, problem.line) == (2, 5)
+    assert problem.message == "invalid YAML at line 5: a directive with no document after it"
+    # a template's stray line is no directive: its own problem, and the documents around it are read
+    items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), pod + "---\n%{ if x }\n---\n" + service))
+    assert [(type(i).__name__, i.index) for i in items] == [("Document", 1), ("Problem", 2), ("Document", 3)]
+    # a directive behind a byte-order mark; one at the start of a line of quoted text is none
+    assert [type(i).__name__ for i in inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), "\ufeff%YAML 1.1\n---\n" + pod)] == ["Document"]
+    quoted = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  k: \"a\n%d\"\n---\n" + service
+    assert [i.obj["kind"] for i in inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), quoted)] == ["ConfigMap", "Service"]  # type: ignore[union-attr]
     # a broken document after a directive is still its own problem, its lines counted from the file's first
     (problem,) = [i for i in inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), "%YAML 1.1\n---\na: [\n") if isinstance(i, inputs.Problem)]
     assert (problem.index, problem.line) == (1, 3) and problem.message.startswith("invalid YAML at line")

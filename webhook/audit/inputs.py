@@ -36,11 +36,9 @@ STDIN_NAME = "<stdin>"
 CLUSTER_PREFIX = "cluster:"
 
 _SEPARATOR = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
-#: a line of a document's own (not a separator, a comment, a blank line or a directive)
-_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)(?!%)[ \t]*[^\s#]", re.M)
-#: directives (``%YAML 1.1``, ``%TAG …``), with the comments and blank lines among them, that end a chunk:
-#: they belong to the document whose ``---`` follows
-_DIRECTIVES = re.compile(r"(?:^%[^\n]*\n)(?:^(?:%|[ \t]*#|[ \t]*\r?$)[^\n]*\n)*\Z", re.M)
+_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)[ \t]*[^\s#]", re.M)
+#: the same, directives aside: a line of a document's own
+_OWN_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)(?!%)[ \t]*[^\s#]", re.M)
 
 
 @dataclass(frozen=True)
@@ -242,14 +240,72 @@ def _chunks_may_differ(text: str) -> bool:
 
 
 def _one_by_one(name: str, relative: str, text: str, chunks: list[Chunk]) -> Iterator[Document | Problem]:
-    for chunk in chunks:
+    """Each chunk parsed alone. Directives (``%YAML 1.1``, ``%TAG``) that close a chunk which does not
+    parse with them open the next one, as YAML reads them (a directive at the start of a line ends the
+    document before it): a chunk of nothing else is then no document (its number goes to the next one),
+    and such directives closing the text, after a document, are a problem of their own."""
+    carried, number = "", 0  # (directives given to the next chunk; the documents counted so far)
+    for n, chunk in enumerate(chunks):
+        piece, first = carried + text[chunk.begin : chunk.end], chunk.first - carried.count("\n")
+        carried, dangling = "", 0
         try:
-            values = list(yaml.load_all(text[chunk.begin : chunk.end], Loader=ManifestLoader))
+            values = list(yaml.load_all(piece, Loader=ManifestLoader))
         except yaml_errors.UNREADABLE as exc:
-            yield Problem(name, chunk.number, chunk.line, yaml_errors.describe(exc, chunk.first), relative)
-            continue
+            cut = _closing_directives(piece)
+            last = n + 1 == len(chunks)
+            if cut is None or (last and _OWN_CONTENT.search(cut[0]) is None):
+                number += 1
+                yield Problem(name, number, chunk.line, yaml_errors.describe(exc, first), relative)
+                continue
+            head, tail, values = cut
+            if not last:
+                carried = tail
+            else:
+                dangling = first + head.count("\n")
+            if _OWN_CONTENT.search(head) is None:
+                continue
+        number += 1
         for value in values:
-            yield from _objects(name, relative, chunk.number, chunk.line, value)
+            yield from _objects(name, relative, number, chunk.line, value)
+        if dangling:
+            yield Problem(name, number + 1, dangling, f"invalid YAML at line {dangling}: a directive with no document after it",
+                          relative)
+
+
+#: directive lines a chunk's closing run may hold (YAML has two directives: a run is a few lines)
+_MAX_DIRECTIVE_LINES = 16
+
+
+def _closing_directives(piece: str) -> tuple[str, str, list[Any]] | None:
+    """``piece`` cut before a closing run of directive lines (with the comments and blank lines among
+    them) that YAML reads as directives, where what comes before parses: (what comes before, the run,
+    what it parses to); None without such a cut. The longest such run wins; a ``%`` line that is no
+    directive (a template's stray line, a quoted text's line) ends the run. Walked back line by line,
+    at most ``_MAX_DIRECTIVE_LINES`` directive lines: linear in the piece."""
+    cuts: list[int] = []  # where each directive line of the run begins, last first
+    start = len(piece)
+    while start > 0 and len(cuts) < _MAX_DIRECTIVE_LINES:
+        begin = piece.rfind("\n", 0, start - 1) + 1
+        line = piece[begin:start]
+        if line.startswith("%") or (begin == 0 and line.startswith("\ufeff%")):  # (a byte-order mark first)
+            if _parsed(piece[begin:] + "---\n") is None:
+                break
+            cuts.append(begin)
+        elif line.strip() and not line.lstrip().startswith("#"):
+            break
+        start = begin
+    for cut in reversed(cuts):
+        found = _parsed(piece[:cut])
+        if found is not None:
+            return piece[:cut], piece[cut:], found
+    return None
+
+
+def _parsed(text: str) -> list[Any] | None:
+    try:
+        return list(yaml.load_all(text, Loader=ManifestLoader))
+    except yaml_errors.UNREADABLE:
+        return None
 
 
 class Chunk(NamedTuple):
@@ -272,11 +328,6 @@ def split_documents(text: str) -> list[Chunk]:
     starts = [m.start() for m in _SEPARATOR.finditer(text)]
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
-    for n in range(1, len(starts)):  # a chunk's closing directives open the next one
-        if text[starts[n] - 1 : starts[n]] == "\n" and "%" in text[starts[n - 1] : starts[n]]:
-            found = _DIRECTIVES.search(text, starts[n - 1], starts[n])
-            if found is not None:
-                starts[n] = found.start()
     starts.append(len(text))
     chunks: list[Chunk] = []
     line = 1
