@@ -64,7 +64,7 @@ def test_the_table_lists_every_rule_where_it_runs_and_the_share(capsys: pytest.C
         assert f"{row.policy}/{row.rule}" in table
     assert "gpu-defaults/tolerations            enforce  compiled fully" in table
     assert "gpu-validations/resourceShape       enforce  compiled partly" in table
-    assert "webhook: more GPUs than the largest node (needs the nodes of the cluster)" in table
+    assert "webhook: more GPUs than the largest node, or than the node spec.nodeName names (needs the nodes of the cluster)" in table
     assert "gpu-validations/cudaDriver          enforce  left to the webhook" in table
     assert "gpu-validations/quota               off      off: runs nowhere" in table
     done, total = offload.share(offload.coverage(policies, (1, 36)))

@@ -57,7 +57,7 @@ def test_shipped_policies_compile_validations_on_1_33_and_mutations_wait_for_1_3
     rows = {(r.policy, r.rule): r for r in offload.coverage(shipped_policies(), (1, 33))}
     shape = rows[("gpu-validations", "resourceShape")]
     assert shape.status == "partly" and shape.webhook == "rest"
-    assert [p.what for p in shape.left_parts()] == ["more GPUs than the largest node"]
+    assert [p.what for p in shape.left_parts()] == ["more GPUs than the largest node, or than the node spec.nodeName names"]
     assert rows[("gpu-defaults", "tolerations")].status == "webhook"
     assert "1.36" in rows[("gpu-defaults", "tolerations")].left_parts()[0].why
     for rule in ("quota", "cudaDriver", "draClaims"):

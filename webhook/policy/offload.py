@@ -158,7 +158,7 @@ def _resource_shape(cfg: Any) -> tuple[tuple[Part, ...], WebhookPart]:
     if cfg.maxPerPod is not None:
         parts.append(Part("maxPerPod (pods whose GPU counts are whole numbers)", True))
     if cfg.nodeCapacity:
-        parts.append(Part("more GPUs than the largest node", False, _needs("the nodes")))
+        parts.append(Part("more GPUs than the largest node, or than the node spec.nodeName names", False, _needs("the nodes")))
         return tuple(parts), "rest"
     return tuple(parts), "none"
 

@@ -24,7 +24,6 @@ class Settings:
         self.deny_conflicts = cfg.onConflict == "deny"
 
 
-
 def run(ctx: RuleContext, cfg: Settings) -> None:
     required, preferred = _requirements(ctx, cfg)
     if not required and not preferred:

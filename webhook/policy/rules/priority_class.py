@@ -39,7 +39,6 @@ class Settings:
         return name or self.default
 
 
-
 def run(ctx: RuleContext, settings: Settings) -> None:
     name = settings.own(ctx.workload_class, _labels(ctx))
     current = ctx.spec.get("priorityClassName")

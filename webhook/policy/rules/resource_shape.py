@@ -189,29 +189,39 @@ def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal
     still joining, a typo: the kubelet's answer is as clear as ours could be), which leaves the
     largest node's check to run instead.
 
-    A node GPU Feature Discovery labels as having GPUs but that offers none yet (its device plugin
-    not registered: a node just booted, a driver upgrade) is only warned of; a static pod's mirror,
-    which the kubelet runs whatever the API answers, is left alone."""
-    node = next((g.members[name] for g in ctx.view.node_groups() if name in g.members), None)
-    if node is None:
-        return False
+    A node GPU Feature Discovery labels as having GPUs but that offers no GPU resource at all yet
+    (its device plugin not registered: a node just booted, a driver upgrade) is only warned of. A
+    static pod's mirror, which the kubelet runs whatever the API answers, is left alone (nor is it
+    held to the largest node). Messages start with where and end with the fix: kube-apiserver cuts
+    the middle of a warning past 256 characters."""
     annotations = ctx.meta.get("annotations")
     if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
         return True
-    short = [(res, count, scheduling.allocatable(node, res)) for res, count in sorted(counts.items())]
-    short = [(res, count, has) for res, count, has in short if has < count]
-    if not short:
-        return True
-    res, count, has = short[0]
-    if has == 0 and scheduling.node_labels(node).get(GPU_PRESENT) == "true":
-        severity.report(ctx, "warn", f"{ctx.where()}: spec.nodeName binds it to {name}, which has GPUs but offers no "
-                        f"{res} yet (device plugin not registered?): its kubelet fails the pod (OutOf{res}) until it does",
-                        _pointer(ctx, "nodeName"))
+    node = next((g.members[name] for g in ctx.view.node_groups() if name in g.members), None)
+    if node is None:
+        return False
+    for res, count in sorted(counts.items()):
+        has = scheduling.allocatable(node, res)
+        if has < count:
+            break
     else:
-        severity.report(ctx, "deny", f"{ctx.where()}: asks for {count} {res}, but spec.nodeName binds it to {name}, which "
-                        f"offers {has} (its kubelet fails the pod: OutOf{res}); remove nodeName, or name a node with {res}",
+        return True
+    if scheduling.node_labels(node).get(GPU_PRESENT) == "true" and not _offers_gpus(ctx, node):
+        severity.report(ctx, "warn", f"{ctx.where()}: its kubelet fails it (OutOf{res}) until the device plugin of "
+                        f"{name} registers its GPUs (spec.nodeName: none offered yet)", _pointer(ctx, "nodeName"))
+    else:
+        severity.report(ctx, "deny", f"{ctx.where()}: its kubelet fails it (OutOf{res}): spec.nodeName binds it to {name}, "
+                        f"which offers {has} of the {count} {res} it asks for; remove nodeName, or name a node with them",
                         _pointer(ctx, "nodeName"))
     return True
+
+
+def _offers_gpus(ctx: RuleContext, node: Mapping[str, Any]) -> bool:
+    """Does ``node`` offer any GPU resource (whole GPUs, MIG profiles, shares) in its allocatable?"""
+    status = node.get("status")
+    offered = status.get("allocatable") if isinstance(status, Mapping) else None
+    return isinstance(offered, Mapping) and any(
+        type(res) is str and ctx.is_gpu(res) and scheduling.allocatable(node, res) > 0 for res in offered)
 
 
 def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:

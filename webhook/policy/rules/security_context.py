@@ -33,7 +33,6 @@ class Settings:
         self.seccomp: str | None = cfg.seccompProfile
 
 
-
 def run(ctx: RuleContext, settings: Settings) -> None:
     spec = ctx.spec
     if is_windows(spec):

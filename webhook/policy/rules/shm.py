@@ -39,7 +39,6 @@ class Settings:
         self.size_memo: dict[str, tuple[int, str]] = cfg.size_memo
 
 
-
 def run(ctx: RuleContext, settings: Settings) -> None:
     spec = ctx.spec
     if spec.get("hostIPC") is True or is_windows(spec):

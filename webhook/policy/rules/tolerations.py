@@ -18,7 +18,6 @@ class Settings:
         self.wanted: tuple[dict[str, object], ...] = cfg.wanted
 
 
-
 def run(ctx: RuleContext, cfg: Settings) -> None:
     current = ctx.spec.get("tolerations")
     existing: list[Any] | None = None

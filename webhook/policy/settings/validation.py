@@ -67,7 +67,7 @@ class ResourceShapeRule(RuleBase):
     maxPerPod: Caps | None = Field(
         default=None, description='a cap for every GPU resource, or resource (or "prefix*") → cap'
     )
-    nodeCapacity: bool = Field(default=True, description="deny more GPUs than the largest node offers (nodes known)")
+    nodeCapacity: bool = Field(default=True, description="deny more GPUs than the largest node, or the node spec.nodeName names, offers (nodes known)")
     migProfiles: list[str] = Field(default=[], description="allowed MIG profiles such as 1g.10gb; empty: every valid one")
     sharingSchemes: SharingSchemes = SharingSchemes()
 
