@@ -11,6 +11,7 @@ import pytest
 
 from tests.support import shipped_policies
 from tests.test_daemon_sets import GPU_TAINT, _node
+from webhook import review
 from webhook.policy import engine
 from webhook.policy.request import Request
 from webhook.view.snapshot import SnapshotView
@@ -37,15 +38,16 @@ def _judged(obj: dict[str, Any], nodes: list[dict[str, Any]] = NODES) -> tuple[b
 def test_a_gpu_pod_pinned_to_a_node_without_gpus_is_refused_with_what_to_do() -> None:
     allowed, [(mode, message)] = _judged(_pod("cpu-1"))
     assert not allowed and mode == "enforce"
-    assert message == ("Pod ml/p: its kubelet fails it (OutOfnvidia.com/gpu): spec.nodeName binds it to cpu-1, which offers 0 "
-                       "of the 1 nvidia.com/gpu it asks for; remove nodeName, or name a node with them")
+    assert message == ("Pod ml/p: its kubelet fails it (OutOfnvidia.com/gpu): its node offers 0 of the 1 nvidia.com/gpu it "
+                       "asks for; remove spec.nodeName, or name a node with them instead of cpu-1")
     # control: pinned to a node with the GPUs, nothing to say
     assert _judged(_pod("a100-1")) == (True, [])
 
 
 def test_more_gpus_than_the_pinned_node_offers_are_refused_though_another_node_has_them() -> None:
     allowed, [(_, message)] = _judged(_pod("t4-1", "8"))
-    assert not allowed and "binds it to t4-1, which offers 4 of the 8 nvidia.com/gpu it asks for" in message
+    assert not allowed and message.endswith("offers 4 of the 8 nvidia.com/gpu it asks for; remove spec.nodeName, or name "
+                                            "a node with them instead of t4-1")
     # control: the same pod unpinned fits the largest node (8): the scheduler finds it
     unpinned = _pod("t4-1", "8")
     del unpinned["spec"]["nodeName"]
@@ -59,7 +61,7 @@ def test_a_template_pinned_to_a_node_without_gpus_is_refused_too() -> None:
                            "template": {"metadata": {"labels": {"app": "d"}}, "spec": pod["spec"]}}}
     allowed, [(_, message)] = _judged(deployment)
     assert not allowed and message.startswith("Deployment ml/d spec.template: its kubelet fails it (OutOfnvidia.com/gpu): "
-                                              "spec.nodeName binds it to cpu-1")
+                                              "its node offers 0") and message.endswith("instead of cpu-1")
 
 
 @pytest.mark.parametrize("node", ["no-such-node", ""])
@@ -73,9 +75,9 @@ def test_a_node_the_view_does_not_know_is_left_to_its_kubelet(node: str) -> None
 def test_whole_gpus_on_a_node_of_mig_slices_and_slices_on_a_node_of_whole_gpus_are_refused() -> None:
     # the node has GPUs and its device plugin runs: it will never offer what the pod asks for
     allowed, [(mode, message)] = _judged(_pod("mig-1"))
-    assert not allowed and mode == "enforce" and "binds it to mig-1, which offers 0 of the 1 nvidia.com/gpu" in message
+    assert not allowed and mode == "enforce" and "offers 0 of the 1 nvidia.com/gpu" in message and message.endswith("mig-1")
     allowed, [(mode, message)] = _judged(_pod("a100-1", resource="nvidia.com/mig-1g.10gb"))
-    assert not allowed and mode == "enforce" and "binds it to a100-1, which offers 0 of the 1 nvidia.com/mig-1g.10gb" in message
+    assert not allowed and mode == "enforce" and "offers 0 of the 1 nvidia.com/mig-1g.10gb" in message and message.endswith("a100-1")
     # control: a slice on the node of slices
     assert _judged(_pod("mig-1", resource="nvidia.com/mig-1g.10gb")) == (True, [])
 
@@ -83,20 +85,31 @@ def test_whole_gpus_on_a_node_of_mig_slices_and_slices_on_a_node_of_whole_gpus_a
 def test_a_gpu_node_whose_device_plugin_has_not_registered_is_only_warned_of() -> None:
     allowed, [(mode, message)] = _judged(_pod("h100-new"))
     assert allowed and mode == "warn" and message == (
-        "Pod ml/p: its kubelet fails it (OutOfnvidia.com/gpu) until the device plugin of h100-new registers its GPUs "
-        "(spec.nodeName: none offered yet)")
+        "Pod ml/p: its kubelet fails it (OutOfnvidia.com/gpu) until the device plugin of its spec.nodeName registers GPUs: h100-new")
+    # more than any node offers is still refused there
+    allowed, messages = _judged(_pod("h100-new", "16"))
+    assert not allowed and any("more than any node offers (largest: 8 on a100-1)" in m for _, m in messages), messages
 
 
-def test_the_warning_keeps_its_node_within_256_characters_with_long_names() -> None:
-    # (kube-apiserver keeps 256 characters of a warning, cutting the middle)
+@pytest.mark.parametrize("gpus", [None, "0"], ids=["no GPUs yet", "no MIG slices"])
+def test_the_messages_keep_their_node_with_long_names(gpus: str | None) -> None:
+    # a warning past 256 characters loses its middle (review.limit_warnings): the node is at the end
     node = "ip-10-0-123-45.us-west-2.compute.internal"
-    labelled = {**_node(node, None, []), "metadata": {"name": node, "labels": {"nvidia.com/gpu.present": "true"}}}
-    pod = _pod(node, namespace="research-team", name="llama-70b-finetune-worker-0")
-    allowed, [(_, message)] = _judged(pod, [*NODES, labelled])
-    assert allowed and node in message and len(f"[gpu-validations/resourceShape] {message}") <= 256, message
+    labelled = {**_node(node, gpus, []), "metadata": {"name": node, "labels": {"nvidia.com/gpu.present": "true" if gpus is None else ""}}}
+    pod = _pod(node, resource="nvidia.com/mig-3g.40gb", namespace="research-team", name="llama-70b-finetune-worker-0")
+    _, [(_, message)] = _judged(pod, [*NODES, labelled])
+    shown = review.limit_warnings((f"[gpu-validations/resourceShape] {message}",))[0]
+    assert shown.endswith(node) and shown.startswith("[gpu-validations/resourceShape] Pod research-team/llama-70b"), shown
 
 
 @pytest.mark.parametrize(("node", "gpus"), [("cpu-1", "1"), ("no-such-node", "16")])
 def test_a_static_pods_mirror_is_left_alone(node: str, gpus: str) -> None:
     # the kubelet runs a static pod whatever the API answers: refusing its mirror would only hide it
-    assert _judged(_pod(node, gpus, annotations={"kubernetes.io/config.mirror": "abc"})) == (True, [])
+    mirror = _pod(node, gpus, annotations={"kubernetes.io/config.mirror": "abc"})
+    assert _judged(mirror) == (True, [])
+    # a template saying it makes mirrors is judged as any (only the kubelet makes mirror pods)
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"},
+                  "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+                      "metadata": {"labels": {"app": "d"}, "annotations": {"kubernetes.io/config.mirror": "abc"}},
+                      "spec": mirror["spec"]}}}
+    assert not _judged(deployment)[0]

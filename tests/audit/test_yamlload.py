@@ -300,18 +300,21 @@ def test_a_document_nested_as_deep_as_libyaml_reads_is_loaded() -> None:
 #: whole objects, and directives the way they come between documents
 _OBJECTS = [_K8S[0], _K8S[1], _K8S[13], _K8S[17], "apiVersion: v1\nkind: ConfigMap\ndata:\n  k: \"a\n%d\"\n"]
 _DIRECTIVES = ["---\n", "%YAML 1.1\n---\n", "...\n%YAML 1.1\n---\n", "---\n%YAML 1.1\n---\n",
-               "...\n# c\n%YAML 1.1\n\n%TAG !k! tag:k8s.io,2024:\n---\n", "\n%TAG ! tag:x,2024:\n--- \n"]
+               "...\n# c\n%YAML 1.1\n\n%TAG !k! tag:k8s.io,2024:\n---\n", "\n%TAG ! tag:x,2024:\n--- \n",
+               "---\n# Source: empty.yaml\n---\n", "%YAML 1.1\n---\n# Source: empty.yaml\n---\n",
+               "".join(f"%TAG !t{i}! tag:k8s.io,2024:\n" for i in range(17)) + "---\n"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(_OBJECTS), min_size=1, max_size=5), st.lists(st.sampled_from(_DIRECTIVES), min_size=5, max_size=5),
-       st.booleans())
+       st.booleans(), st.sampled_from(["\n", "\r\n"]))
 def test_directives_between_documents_give_what_yaml_reads_of_the_whole_file(
-    documents: list[str], separators: list[str], opened: bool
+    documents: list[str], separators: list[str], opened: bool, line_break: str
 ) -> None:
     """Whatever directives come between documents (and before the first), the file's objects are
-    those YAML reads of the whole text, one per document, and no problem."""
+    those YAML reads of the whole text, numbered as its documents that are not empty, and no problem."""
     text = ("%YAML 1.1\n---\n" if opened else "") + documents[0] + "".join(s + d for s, d in zip(separators, documents[1:]))
+    text = text.replace("\r\n", "\n").replace("\n", line_break)
     items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), text))
     assert all(isinstance(i, inputs.Document) for i in items), (text, items)
     whole = [v for v in yaml.load_all(text, Loader=C_LOADER) if v is not None]
@@ -335,6 +338,15 @@ def test_a_directive_belongs_to_the_document_after_it() -> None:
     # a template's stray line is no directive: its own problem, and the documents around it are read
     items = list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), pod + "---\n%{ if x }\n---\n" + service))
     assert [(type(i).__name__, i.index) for i in items] == [("Document", 1), ("Problem", 2), ("Document", 3)]
+    # a directive closing the file without a line break; directives after a broken document open the next one
+    document, problem = inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), pod + "...\n%YAML 1.1")
+    assert isinstance(document, inputs.Document) and isinstance(problem, inputs.Problem) and "no document after it" in problem.message
+    tagged = pod + "a: [\n%TAG !k! tag:yaml.org,2002:\n---\napiVersion: !k!str v1\nkind: Service\nmetadata: {name: b}\n"
+    problem, document = inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), tagged)
+    assert isinstance(problem, inputs.Problem) and problem.index == 1 and "did not find expected" in problem.message
+    assert isinstance(document, inputs.Document) and document.index == 2 and document.obj["kind"] == "Service"
+    # directives before an empty document are that document's: no problem, no object
+    assert list(inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), pod + "...\n%YAML 1.1\n---\n# Source: x.yaml\n"))[1:] == []
     # a directive behind a byte-order mark; one at the start of a line of quoted text is none
     assert [type(i).__name__ for i in inputs.parse(inputs.SourceFile("f.yaml", "f.yaml"), "\ufeff%YAML 1.1\n---\n" + pod)] == ["Document"]
     quoted = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  k: \"a\n%d\"\n---\n" + service

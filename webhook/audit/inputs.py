@@ -36,9 +36,10 @@ STDIN_NAME = "<stdin>"
 CLUSTER_PREFIX = "cluster:"
 
 _SEPARATOR = re.compile(r"^---(?=[ \t\r\n]|$)", re.M)
-_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)[ \t]*[^\s#]", re.M)
+#: a line that is more than a separator (``---``, ``...``), a comment or blank (a byte-order mark aside)
+_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?\r?$)(?!\.\.\.[ \t]*(?:#.*)?\r?$)\ufeff?[ \t]*[^\s#\ufeff]", re.M)
 #: the same, directives aside: a line of a document's own
-_OWN_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?$)(?!%)[ \t]*[^\s#]", re.M)
+_OWN_CONTENT = re.compile(r"^(?!---(?:[ \t]*(?:#.*)?)?\r?$)(?!\.\.\.[ \t]*(?:#.*)?\r?$)\ufeff?(?!%)[ \t]*[^\s#\ufeff]", re.M)
 
 
 @dataclass(frozen=True)
@@ -240,65 +241,72 @@ def _chunks_may_differ(text: str) -> bool:
 
 
 def _one_by_one(name: str, relative: str, text: str, chunks: list[Chunk]) -> Iterator[Document | Problem]:
-    """Each chunk parsed alone. Directives (``%YAML 1.1``, ``%TAG``) that close a chunk which does not
-    parse with them open the next one, as YAML reads them (a directive at the start of a line ends the
-    document before it): a chunk of nothing else is then no document (its number goes to the next one),
-    and such directives closing the text, after a document, are a problem of their own."""
+    """Each chunk parsed alone. Directives (``%YAML 1.1``, ``%TAG``) closing a chunk that does not parse
+    with them belong to the document after them, as YAML reads them (a directive at the start of a
+    line ends the document before it): given to the next chunk when it follows at once (else an empty
+    document follows, which takes them); a chunk of nothing else is no document (its number goes to
+    the next one); such directives closing the text are a problem of their own."""
     carried, number = "", 0  # (directives given to the next chunk; the documents counted so far)
     for n, chunk in enumerate(chunks):
         piece, first = carried + text[chunk.begin : chunk.end], chunk.first - carried.count("\n")
         carried, dangling = "", 0
+        values: list[Any] | None
         try:
             values = list(yaml.load_all(piece, Loader=ManifestLoader))
         except yaml_errors.UNREADABLE as exc:
             cut = _closing_directives(piece)
-            last = n + 1 == len(chunks)
-            if cut is None or (last and _OWN_CONTENT.search(cut[0]) is None):
+            if cut is None:
                 number += 1
                 yield Problem(name, number, chunk.line, yaml_errors.describe(exc, first), relative)
                 continue
-            head, tail, values = cut
-            if not last:
+            head, tail = cut
+            if n + 1 < len(chunks) and chunks[n + 1].begin == chunk.end:
                 carried = tail
-            else:
+            elif _SEPARATOR.search(text, chunk.end) is None:  # (else an empty document, dropped, takes them)
                 dangling = first + head.count("\n")
             if _OWN_CONTENT.search(head) is None:
+                if dangling:
+                    number += 1
+                    yield Problem(name, number, dangling, _dangling(dangling), relative)
                 continue
-        number += 1
-        for value in values:
-            yield from _objects(name, relative, number, chunk.line, value)
+            try:
+                values = list(yaml.load_all(head, Loader=ManifestLoader))
+            except yaml_errors.UNREADABLE as broken:  # (the document before them is broken itself)
+                number += 1
+                yield Problem(name, number, chunk.line, yaml_errors.describe(broken, first), relative)
+                values = None
+        if values is not None:
+            number += 1
+            for value in values:
+                yield from _objects(name, relative, number, chunk.line, value)
         if dangling:
-            yield Problem(name, number + 1, dangling, f"invalid YAML at line {dangling}: a directive with no document after it",
-                          relative)
+            number += 1
+            yield Problem(name, number, dangling, _dangling(dangling), relative)
 
 
-#: directive lines a chunk's closing run may hold (YAML has two directives: a run is a few lines)
-_MAX_DIRECTIVE_LINES = 16
+def _dangling(line: int) -> str:
+    return f"invalid YAML at line {line}: a directive with no document after it"
 
 
-def _closing_directives(piece: str) -> tuple[str, str, list[Any]] | None:
-    """``piece`` cut before a closing run of directive lines (with the comments and blank lines among
-    them) that YAML reads as directives, where what comes before parses: (what comes before, the run,
-    what it parses to); None without such a cut. The longest such run wins; a ``%`` line that is no
-    directive (a template's stray line, a quoted text's line) ends the run. Walked back line by line,
-    at most ``_MAX_DIRECTIVE_LINES`` directive lines: linear in the piece."""
-    cuts: list[int] = []  # where each directive line of the run begins, last first
-    start = len(piece)
-    while start > 0 and len(cuts) < _MAX_DIRECTIVE_LINES:
+def _closing_directives(piece: str) -> tuple[str, str] | None:
+    """``piece`` cut before its closing run of directive lines (with the comments and blank lines among
+    them) that YAML reads as directives: (what comes before, the run); None without one. A ``%`` line
+    that is no directive alone (a template's stray line, a quoted text's line) ends the run. Walked
+    back line by line, each directive line and then the run parsed once: linear in the piece."""
+    found, start = -1, len(piece)
+    while start > 0:
         begin = piece.rfind("\n", 0, start - 1) + 1
         line = piece[begin:start]
         if line.startswith("%") or (begin == 0 and line.startswith("\ufeff%")):  # (a byte-order mark first)
-            if _parsed(piece[begin:] + "---\n") is None:
+            if _parsed(line.rstrip("\r\n") + "\n---\n") is None:
                 break
-            cuts.append(begin)
+            found = begin
         elif line.strip() and not line.lstrip().startswith("#"):
             break
         start = begin
-    for cut in reversed(cuts):
-        found = _parsed(piece[:cut])
-        if found is not None:
-            return piece[:cut], piece[cut:], found
-    return None
+    if found < 0 or _parsed(piece[found:].rstrip("\r\n") + "\n---\n") is None:
+        return None
+    return piece[:found], piece[found:]
 
 
 def _parsed(text: str) -> list[Any] | None:

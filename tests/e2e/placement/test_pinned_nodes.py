@@ -30,8 +30,8 @@ def test_a_gpu_pod_pinned_to_a_node_without_gpus_is_refused_and_one_pinned_to_a_
     for name in ("on-cpu", "pinned"):
         refused = made[name]
         assert isinstance(refused, Refused) and DENIED in refused.message, refused
-        assert f"its kubelet fails it (OutOfnvidia.com/gpu): spec.nodeName binds it to {cpu}, which offers 0 of the 1 " \
-            "nvidia.com/gpu it asks for" in refused.message, refused.message
+        assert "its kubelet fails it (OutOfnvidia.com/gpu): its node offers 0 of the 1 nvidia.com/gpu it asks for; remove " \
+            f"spec.nodeName, or name a node with them instead of {cpu}" in refused.message, refused.message
     stored = made["on-gpu"]
     assert not isinstance(stored, Refused), stored
     assert admin.get("v1", "Pod", "on-gpu", namespace)["spec"]["nodeName"] == gpu

@@ -192,10 +192,11 @@ def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal
     A node GPU Feature Discovery labels as having GPUs but that offers no GPU resource at all yet
     (its device plugin not registered: a node just booted, a driver upgrade) is only warned of. A
     static pod's mirror, which the kubelet runs whatever the API answers, is left alone (nor is it
-    held to the largest node). Messages start with where and end with the fix: kube-apiserver cuts
-    the middle of a warning past 256 characters."""
+    held to the largest node); a template saying it is one is judged as any. The warning leaves the
+    largest node's check to run too. Messages start with where and end with the node and the fix: a
+    warning past 256 characters loses its middle (review.limit_warnings)."""
     annotations = ctx.meta.get("annotations")
-    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
+    if ctx.target.is_pod and isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
         return True
     node = next((g.members[name] for g in ctx.view.node_groups() if name in g.members), None)
     if node is None:
@@ -208,11 +209,11 @@ def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal
         return True
     if scheduling.node_labels(node).get(GPU_PRESENT) == "true" and not _offers_gpus(ctx, node):
         severity.report(ctx, "warn", f"{ctx.where()}: its kubelet fails it (OutOf{res}) until the device plugin of "
-                        f"{name} registers its GPUs (spec.nodeName: none offered yet)", _pointer(ctx, "nodeName"))
-    else:
-        severity.report(ctx, "deny", f"{ctx.where()}: its kubelet fails it (OutOf{res}): spec.nodeName binds it to {name}, "
-                        f"which offers {has} of the {count} {res} it asks for; remove nodeName, or name a node with them",
-                        _pointer(ctx, "nodeName"))
+                        f"its spec.nodeName registers GPUs: {name}", _pointer(ctx, "nodeName"))
+        return False
+    severity.report(ctx, "deny", f"{ctx.where()}: its kubelet fails it (OutOf{res}): its node offers {has} of the {count} "
+                    f"{res} it asks for; remove spec.nodeName, or name a node with them instead of {name}",
+                    _pointer(ctx, "nodeName"))
     return True
 
 
