@@ -68,7 +68,7 @@ def test_node_groups_place_a_pod_as_the_per_node_filter_does(
 def test_node_groups_know_the_largest_offer_and_who_makes_it(node_list: list[Any], resource: str) -> None:
     real = list({scheduling.node_name(n): n for n in node_list if isinstance(n, Mapping)}.values())
     groups = nodegroups.NodeGroups(node_list).groups
-    expected = max(((scheduling.allocatable(n, resource), scheduling.node_name(n)) for n in real), default=(Decimal(0), ""))
+    expected = max(((nodegroups.amount(n, resource), scheduling.node_name(n)) for n in real), default=(Decimal(0), ""))
     assert max((g.largest(resource) for g in groups), default=(Decimal(0), "")) == expected
     assert any(g.offers(resource) for g in groups) == any(
         resource in ((n.get("status") or {}).get("allocatable") or {}) for n in real)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.kube.patch import lookup, sublist
-from webhook.view import scheduling
+from webhook.view import nodegroups, scheduling
 
 # -- the specification: every filter, per node, straight from the pod spec --
 
@@ -91,7 +91,7 @@ def reference(spec: Mapping[str, Any], nodes: list[Any], needs: Mapping[str, Dec
         and (not spec.get("nodeName") or scheduling.node_name(node) == spec.get("nodeName"))
         and _affinity(spec, node)
         and _taints(tolerations, node)
-        and all(scheduling.allocatable(node, n) >= max(c, Decimal(1)) for n, c in needs.items())
+        and all(nodegroups.amount(node, n) >= max(c, Decimal(1)) for n, c in needs.items())
     ]
 
 

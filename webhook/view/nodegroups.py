@@ -92,7 +92,8 @@ def blocking_taints(node: Object) -> list[Mapping[str, Any]]:
     ]
 
 
-def _allocatable(node: Object) -> Mapping[str, Any]:
+def allocatable(node: Object) -> Mapping[str, Any]:
+    """The node's ``status.allocatable`` as it stands (no entry parsed); empty when it has none."""
     status = node.get("status")
     values = status.get("allocatable") if isinstance(status, Mapping) else None
     return values if isinstance(values, Mapping) else {}
@@ -106,7 +107,7 @@ def key_of(node: Object, devices: NodeDevices | None = None) -> Key:
     labels = frozenset((_h(k), _h(v)) for k, v in labels_of(node).items() if k not in PER_NODE_LABELS)
     taints = frozenset((_h(t.get("key")), _h(t.get("value")), _h(t.get("effect"))) for t in blocking_taints(node))
     resources = frozenset(
-        (_h(k), _h(v)) if isinstance(k, str) and is_extended(k) else _h(k) for k, v in _allocatable(node).items()
+        (_h(k), _h(v)) if isinstance(k, str) and is_extended(k) else _h(k) for k, v in allocatable(node).items()
     )
     return labels, taints, resources, devices.key if devices is not None else None
 
@@ -114,13 +115,13 @@ def key_of(node: Object, devices: NodeDevices | None = None) -> Key:
 def shape_of(node: Object, devices: NodeDevices | None = None) -> dict[str, Any]:
     """The node as its group's key describes it: what every member shares."""
     labels = {k: v for k, v in labels_of(node).items() if k not in PER_NODE_LABELS}
-    allocatable = {k: v for k, v in _allocatable(node).items() if isinstance(k, str) and is_extended(k)}
+    extended = {k: v for k, v in allocatable(node).items() if isinstance(k, str) and is_extended(k)}
     return {
         "metadata": {"labels": labels},
         "spec": {"taints": blocking_taints(node)},
-        "status": {"allocatable": allocatable},
+        "status": {"allocatable": extended},
         # names of every allocatable resource, extended or not
-        "resources": frozenset(_allocatable(node)),
+        "resources": frozenset(allocatable(node)),
         "devices": devices,
     }
 
@@ -172,12 +173,18 @@ class NodeGroup:
         """(largest allocatable amount of ``resource``, greatest name among the members with it)."""
         if is_extended(resource):
             return self.traits.amounts.get(resource, Decimal(0)), self.last
-        return max(((_amount(n, resource), name) for name, n in self.members.items()), default=(Decimal(0), ""))
+        return max(((amount(n, resource), name) for name, n in self.members.items()), default=(Decimal(0), ""))
 
 
-def _amount(node: Object, resource: str) -> Decimal:
-    amount = quantity.parse_quantity(_allocatable(node).get(resource))
-    return amount if amount is not None else Decimal(0)
+def member(groups: Iterable[NodeGroup], name: str) -> tuple[NodeGroup, Object] | None:
+    """The node named ``name`` and its group; None when no group has it."""
+    return next(((g, g.members[name]) for g in groups if name in g.members), None)
+
+
+def amount(node: Object, resource: str) -> Decimal:
+    """How many of ``resource`` the node can give pods (0 when it has none)."""
+    value = quantity.parse_quantity(allocatable(node).get(resource))
+    return value if value is not None else Decimal(0)
 
 
 class NodeGroups:

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from webhook.gpu import cuda
-from webhook.kube import dra, quantity
+from webhook.kube import dra
 from webhook.kube.patch import lookup, sublist
 from webhook.kube.value_text import text
 from webhook.view import nodegroups
@@ -33,14 +33,6 @@ CONDITION_TAINTS = nodegroups.CONDITION_TAINTS
 node_name = nodegroups.name_of
 #: the node's labels as served (not copied: this runs for every group or node on every request)
 node_labels = nodegroups.labels_of
-
-
-def allocatable(node: Object, resource: str) -> Decimal:
-    """How many of ``resource`` the node can give pods (0 when it has none)."""
-    status = node.get("status")
-    values = status.get("allocatable") if isinstance(status, Mapping) else None
-    amount = quantity.parse_quantity(values.get(resource)) if isinstance(values, Mapping) else None
-    return amount if amount is not None else Decimal(0)
 
 
 #: one node-selector requirement, read once: (key, operator, values as strings)
@@ -173,7 +165,7 @@ class NodeFilter:
             return False
         if not _taints_tolerated(self.tolerations, nodegroups.blocking_taints(node)):
             return False
-        return all(allocatable(node, resource) >= count for resource, count in self.needs)
+        return all(nodegroups.amount(node, resource) >= count for resource, count in self.needs)
 
     def _labels_fit(self, labels: Mapping[str, Any], name: str) -> bool:
         for key, value in self.selector:
@@ -212,8 +204,8 @@ class NodeFilter:
                     for g in groups if self._group_admits(g.traits)]
         # a member's driver and devices are its group's (both are part of the group's key)
         if self.pinned:
-            name = text(self.pinned)
-            found = [(g, g.members[name]) for g in groups if name in g.members]
+            pinned = nodegroups.member(groups, text(self.pinned))
+            found = [pinned] if pinned is not None else []
         else:
             found = [(g, node) for g in groups for node in g.members.values()]
         return [Placement(n, 1, g.traits.driver, g.traits.device_product)

@@ -198,11 +198,12 @@ def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal
     annotations = ctx.meta.get("annotations")
     if ctx.target.is_pod and isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
         return True
-    node = next((g.members[name] for g in ctx.view.node_groups() if name in g.members), None)
-    if node is None:
+    pinned = nodegroups.member(ctx.view.node_groups(), name)
+    if pinned is None:
         return False
+    node = pinned[1]
     for res, count in sorted(counts.items()):
-        has = scheduling.allocatable(node, res)
+        has = nodegroups.amount(node, res)
         if has < count:
             break
     else:
@@ -219,10 +220,8 @@ def _check_pinned_node(ctx: RuleContext, name: str, counts: Mapping[str, Decimal
 
 def _offers_gpus(ctx: RuleContext, node: Mapping[str, Any]) -> bool:
     """Does ``node`` offer any GPU resource (whole GPUs, MIG profiles, shares) in its allocatable?"""
-    status = node.get("status")
-    offered = status.get("allocatable") if isinstance(status, Mapping) else None
-    return isinstance(offered, Mapping) and any(
-        type(res) is str and ctx.is_gpu(res) and scheduling.allocatable(node, res) > 0 for res in offered)
+    return any(type(res) is str and ctx.is_gpu(res) and nodegroups.amount(node, res) > 0
+               for res in nodegroups.allocatable(node))
 
 
 def _check_daemon_set_nodes(ctx: RuleContext, counts: Mapping[str, Decimal]) -> None:
