@@ -151,3 +151,97 @@ async def test_a_deep_value_in_the_review_itself_is_a_400_naming_the_field(webho
         assert resp.status == 400
         message = (await resp.json())["message"]
     assert message.startswith(f"{field} must be ") and message.endswith(", got " + value_text.shown(orjson.loads(DEEP_LIST)))
+
+
+#: past what orjson reads: kube-apiserver itself reads JSON up to 10,000 levels, so a custom resource whose
+#: schema preserves unknown fields can carry this in a review
+TOO_DEEP = "[" * 1100 + "]" * 1100
+
+
+@pytest.mark.parametrize("endpoint", ["/mutate", "/validate"])
+async def test_a_review_nested_past_what_the_reader_reads_is_refused_in_an_answer(webhook: Webhook, endpoint: str) -> None:
+    """Answered with the request's uid and a message the user reads (a 400 would make kube-apiserver
+    say only that calling the webhook failed); the control, nested as deep as orjson reads, is judged."""
+    too_deep, control = _review(("spec", "x-extra"), TOO_DEEP), _review(("spec", "x-extra"), DEEP_LIST)
+    uid = load_review(next(p for p in corpus_reviews() if "validate_create_pods" in p.name))["request"]["uid"]
+    async with await webhook.post(endpoint, too_deep) as resp:
+        assert resp.status == 200
+        answer = await resp.json()
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == uid and response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "nests lists or maps deeper than 1,024 levels" in response["status"]["message"]
+    async with await webhook.post(endpoint, control) as resp:
+        assert resp.status == 200
+        response = (await resp.json())["response"]
+    assert response["uid"] == uid and response["allowed"] is True
+
+
+async def test_a_body_too_deep_that_is_no_review_stays_a_400(webhook: Webhook) -> None:
+    sent = load_review(corpus_reviews()[0])
+    for broken in ({**sent, "kind": "Review"}, {**sent, "request": {k: v for k, v in sent["request"].items() if k != "uid"}}):
+        broken = copy.deepcopy(broken)
+        broken["request"]["object"]["spec"]["x"] = "@deep@"
+        body = json.dumps(broken).replace('"@deep@"', TOO_DEEP)
+        async with await webhook.post("/validate", body) as resp:
+            assert resp.status == 400
+            assert "depth limit exceeded" in (await resp.json())["message"]
+
+
+keys = st.sampled_from(["uid", "request", "kind", "apiVersion"]) | st.text(alphabet='ab"\\{}[]:, \u00e9', max_size=4)
+small_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(alphabet='uid"\\{}[]:,', max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
+    max_leaves=5,
+)
+reviews = st.fixed_dictionaries({
+    "apiVersion": st.sampled_from(review.API_VERSIONS), "kind": st.just("AdmissionReview"),
+    "request": st.fixed_dictionaries({"uid": st.text(alphabet='u-"\\{}', min_size=1, max_size=8)},
+                                     optional={"object": small_values, "kind": small_values}),
+}, optional={"response": small_values, "a\"uid": small_values})
+
+
+@given(reviews, st.dictionaries(keys, small_values, max_size=3), st.randoms(use_true_random=False))
+def test_the_envelope_of_a_review_is_what_its_parse_reads(sent: dict[str, Any], extra: dict[str, Any], rng: Any) -> None:
+    """Fields in any order, with strings and keys that look like JSON's own characters: the envelope
+    read by tokens is the parse's apiVersion and request.uid; past the depth it is still read."""
+    sent = {**extra, **sent}
+    request = list(sent["request"].items())
+    rng.shuffle(request)
+    sent["request"] = dict(request)
+    order = list(sent.items())
+    rng.shuffle(order)
+    body = orjson.dumps(dict(order))
+    assert review._envelope(body) == (sent["apiVersion"], sent["request"]["uid"])
+    deep = orjson.dumps({**dict(order), "z": "@deep@"}).replace(b'"@deep@"', TOO_DEEP.encode())
+    assert review._envelope(deep) == (sent["apiVersion"], sent["request"]["uid"])
+
+
+near_reviews = st.fixed_dictionaries({}, optional={
+    "apiVersion": st.sampled_from([*review.API_VERSIONS, "v1", ""]) | small_values,
+    "kind": st.sampled_from(["AdmissionReview", "Review"]) | small_values,
+    "request": st.fixed_dictionaries({}, optional={"uid": st.sampled_from(["", "u"]) | small_values,
+                                                   "object": small_values}) | small_values,
+}) | small_values
+
+
+@given(near_reviews)
+def test_an_envelope_only_where_the_parse_finds_a_review(value: Any) -> None:
+    body = orjson.dumps(value)
+    is_review = (isinstance(value, dict) and value.get("kind") == "AdmissionReview"
+                 and value.get("apiVersion") in review.API_VERSIONS and isinstance(value.get("request"), dict)
+                 and isinstance(value["request"].get("uid"), str) and value["request"]["uid"])
+    expected = (value["apiVersion"], value["request"]["uid"]) if is_review else None
+    assert review._envelope(body) == expected
+
+
+def test_the_envelope_is_looked_for_where_kube_apiserver_writes_it() -> None:
+    """Within the body's first 8 KiB (kube-apiserver writes it ~150 bytes in): a forged body of
+    megabytes of "[" before its uid costs no more than that."""
+    sent = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"uid": "u", "object": "@deep@"}}
+    early = orjson.dumps(sent).replace(b'"@deep@"', TOO_DEEP.encode())
+    assert review._envelope(early) == ("admission.k8s.io/v1", "u")
+    late = orjson.dumps({**sent, "request": {"object": "@deep@", "uid": "u"}})
+    assert review._envelope(late.replace(b'"@deep@"', b"[" * 5000 + b"]" * 5000)) is None
+    assert review._envelope(late.replace(b'"@deep@"', b"[" * 1000 + b"]" * 1000)) == ("admission.k8s.io/v1", "u")

@@ -19,6 +19,16 @@ class ReviewError(GpuAdmissionError):
     """A request body is not a usable AdmissionReview (answered with HTTP 400)."""
 
 
+class UnreadableReview(ReviewError):
+    """A well-formed AdmissionReview whose object gpu-admission cannot read (nested past the JSON
+    reader's depth): refused in an answer of its own, which kube-apiserver shows its client, where a
+    400 would make it say only that calling the webhook failed."""
+
+    def __init__(self, message: str, api_version: str, uid: str) -> None:
+        super().__init__(message)
+        self.api_version, self.uid = api_version, uid
+
+
 class CertificateError(GpuAdmissionError):
     """Certificates could not be created, read or loaded."""
 

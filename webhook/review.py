@@ -7,12 +7,13 @@ into the response kube-apiserver expects (FACTS.md §6).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final, NamedTuple, TypedDict
 
 import orjson
 import pybase64
 
-from webhook.errors import ReviewError
+from webhook.errors import ReviewError, UnreadableReview
 from webhook.kube import value_text
 from webhook.policy.decision import Decision
 from webhook.policy.request import Request
@@ -82,6 +83,13 @@ def parse_review(body: bytes | str) -> Review:
         # it refuses invalid UTF-8, NaN and nesting past 1024 levels, as it should
         data = _LOADS(body)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith(_TOO_DEEP):
+            envelope = _envelope(body)
+            if envelope is not None:
+                raise UnreadableReview(
+                    f"gpu-admission cannot read this object: it nests lists or maps deeper than {MAX_DEPTH:,} "
+                    f"levels (character {exc.pos:,} of the review); nothing in a workload needs that many",
+                    *envelope) from exc
         raise ReviewError(f"request body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ReviewError("request body is not a JSON object")
@@ -94,6 +102,69 @@ def parse_review(body: bytes | str) -> Review:
     if not isinstance(req, dict):
         raise ReviewError("AdmissionReview has no request object")
     return _new_review(Review, (api_version, _uid(req), _request(req)))
+
+
+#: orjson reads JSON nested at most this deep, and says so with this
+MAX_DEPTH = 1024
+_TOO_DEEP = "depth limit exceeded"
+#: a JSON string (escapes kept), or one of the characters that give JSON its structure
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}:,]')
+
+
+#: the envelope of a review too deep to parse is looked for this far into its body: kube-apiserver
+#: writes kind, apiVersion and then the request with its uid first, ~150 bytes in (a body of 3 MiB
+#: of "[" read whole would hold the loop for a second)
+_ENVELOPE_BYTES = 8192
+
+
+def _envelope(body: bytes | str) -> tuple[str, str] | None:
+    """(apiVersion, request.uid) of an AdmissionReview too deep to parse, read by its tokens in the
+    body's first ``_ENVELOPE_BYTES`` (no recursion: ``body`` is well-formed JSON up to where the
+    parse stopped); None when they are not those of a review."""
+    data = (body.encode() if isinstance(body, str) else body)[:_ENVELOPE_BYTES]
+    found: dict[bytes, bytes] = {}
+    objects: list[bool] = []  # per open container, outermost first: is it an object (else a list)
+    key, expect_key, in_request = b"", False, False
+    for match in _TOKEN.finditer(data):
+        token = match.group()
+        if token == b"{" or token == b"[":
+            in_request = in_request or (len(objects) == 1 and key == b'"request"' and token == b"{")
+            objects.append(token == b"{")
+            expect_key = token == b"{"
+        elif token == b"}" or token == b"]":
+            if not objects:
+                return None
+            objects.pop()
+            in_request = in_request and len(objects) > 1
+            if not objects:
+                return None
+            expect_key = False
+        elif token == b",":
+            expect_key = bool(objects) and objects[-1]
+        elif token == b":":
+            continue
+        elif expect_key:
+            key, expect_key = token, False
+        elif len(objects) == 1 or (in_request and len(objects) == 2):
+            found[(b"request." if len(objects) == 2 else b"") + key] = token
+            version_token, kind_token, uid_token = found.get(b'"apiVersion"'), found.get(b'"kind"'), found.get(b'request."uid"')
+            if version_token is not None and kind_token is not None and uid_token is not None:
+                try:  # (each token a whole JSON string: its escapes read as the parse reads them)
+                    api_version, kind, uid = _LOADS(version_token), _LOADS(kind_token), _LOADS(uid_token)
+                except orjson.JSONDecodeError:
+                    return None
+                if api_version in API_VERSIONS and kind == "AdmissionReview" and type(uid) is str and uid:
+                    return api_version, uid  # type: ignore[no-any-return]
+                return None
+    return None
+
+
+def refusal(api_version: str, uid: str, message: str) -> ReviewJSON:
+    """The answer that refuses a review gpu-admission cannot judge (HTTP 200: the answer is the refusal)."""
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": {
+        "uid": uid, "allowed": False,
+        "status": {"code": 400, "reason": "BadRequest", "status": "Failure", "message": limit_message(message)},
+    }}
 
 
 def _uid(req: dict[str, Any]) -> str:

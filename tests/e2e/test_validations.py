@@ -99,3 +99,41 @@ def test_broken_gpu_specs_in_a_custom_resource_are_refused_with_our_message(
 def test_a_sound_custom_resource_is_stored(admin: Kube, namespace: str, pytorchjobs: None) -> None:
     stored = admin.create(pytorchjob("sound", namespace, gpu_container(gpus=2)))
     assert stored["metadata"]["name"] == "sound"
+
+
+def _nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("endpoint", ["mutate", "validate"])
+def test_a_custom_resource_nested_past_what_the_webhook_reads_is_refused_with_its_message(
+    admin: Kube, namespace: str, pytorchjobs: None, endpoint: str
+) -> None:
+    """kube-apiserver reads JSON 10,000 levels deep and stores such a resource where its schema keeps
+    unknown fields; the webhook reads 1,024. Refused in the webhook's answer (its uid echoed), which
+    the user reads, not as a call that failed; the control, nested a little less, is stored."""
+    import sys
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)  # (the client's serialization recurses per level)
+    try:
+        job = pytorchjob(f"deep-{endpoint}", namespace, gpu_container(gpus=1))
+        job["spec"]["runPolicy"] = {"x-nested": _nested(1100)}
+        with pytest.raises(Refused) as refused:
+            admin.create(job)
+        message = refused.value.message
+        assert "gpu-admission.io\" denied the request" in message, message
+        assert "nests lists or maps deeper than 1,024 levels" in message, message
+        assert "failed calling webhook" not in message, message
+        control = pytorchjob(f"nested-{endpoint}", namespace, gpu_container(gpus=1))
+        control["spec"]["runPolicy"] = {"x-nested": _nested(1000)}
+        stored = admin.create(control)
+        assert stored["metadata"]["name"] == f"nested-{endpoint}"
+        stored_names = {j["metadata"]["name"] for j in admin.list("kubeflow.org/v1", "PyTorchJob", namespace)}
+        admin.delete(control)
+    finally:
+        sys.setrecursionlimit(before)
+    assert f"nested-{endpoint}" in stored_names and f"deep-{endpoint}" not in stored_names

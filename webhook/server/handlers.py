@@ -13,7 +13,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion11
 
 from webhook import log_line, review
-from webhook.errors import RequestBodyError, ReviewError
+from webhook.errors import RequestBodyError, ReviewError, UnreadableReview
 from webhook.logs import JsonFormatter, Output
 from webhook.policy.decision import Decision
 from webhook.policy.request import Phase
@@ -125,6 +125,10 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
             await response.write_eof()
             request.protocol.force_close()
         return response
+    except UnreadableReview as exc:  # a review kube-apiserver sent that cannot be judged: refused in an answer
+        metrics.count_request(endpoint, "", "", "deny", frozenset())
+        log.info("refused unread: %s", exc, extra={"uid": exc.uid, "endpoint": endpoint})
+        return Answer(review.encode(review.refusal(exc.api_version, exc.uid, str(exc))))
     except ReviewError as exc:
         metrics.count_request(endpoint, "", "", "error", frozenset())
         log.info("malformed AdmissionReview: %s", exc, extra={"status": 400, "endpoint": endpoint})
