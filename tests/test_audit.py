@@ -151,3 +151,21 @@ def test_an_object_of_the_wrong_shape_in_a_cluster_state_file_is_a_usage_error(
     (tmp_path / "pod.yaml").write_text(CUDA_POD)
     code, out, err = audit(capsys, "--cluster-state", str(state), str(tmp_path / "pod.yaml"))
     assert (code, out) == (2, "") and err.startswith(f"error: cluster state {state}: {error}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("files", [{}, {"README.md": "policies go here\n"}, {"exception.yaml": ""}], ids=["empty", "no-yaml", "empty-yaml"])
+def test_policies_without_a_gpu_policy_are_refused_as_the_server_refuses_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str]
+) -> None:
+    """A wrong --policies path (or an empty ConfigMap) would pass every manifest: exit 2, as `serve`
+    and `policies check` refuse it; the control, the shipped policies, refuses the pod."""
+    (tmp_path / "pod.yaml").write_text(CUDA_POD.replace("nvidia.com/gpu: 4", 'nvidia.com/gpu: "0.5"'))
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    code = cli.main(["audit", "--policies", str(folder), str(tmp_path / "pod.yaml")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "no GPUPolicy found" in err and "PASS" not in out, (out, err)
+    code, out, _ = audit(capsys, str(tmp_path / "pod.yaml"))
+    assert code == 1 and "DENY" in out

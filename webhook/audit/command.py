@@ -87,7 +87,7 @@ def audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[
 
 
 def _audit(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
-    policies = loader.load_directory(args.policies)
+    policies = loader.load_enforcing(args.policies)
     notes: list[str] = []
     progress = Progress(stderr, 0, enabled=stderr.isatty())
     view, documents = _sources(args, policies, stdin, notes, progress)

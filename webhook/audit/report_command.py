@@ -61,7 +61,7 @@ def report(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     """Judge, then write every namespace's report and empty the stale ones; failures name what they hit."""
     if args.page_size < 1:
         raise ClusterError("--page-size must be at least 1")
-    policies = loader.load_directory(args.policies)
+    policies = loader.load_enforcing(args.policies)
     kinds = APIS[args.api]
     api_client = cluster_source.connect(args.kubeconfig, args.context, args.in_cluster)
     writer = _Writer(api_client, kinds)
