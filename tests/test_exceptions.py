@@ -5,16 +5,19 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import StartWebhook
 from tests.support import POLICIES, REVIEWS, apply_patch, load_review
 from webhook import cli, review
 from webhook.errors import PolicyError
-from webhook.policy import engine, loader
+from webhook.policy import engine, loader, schema
 from webhook.policy.decision import Decision
 from webhook.policy.loader import PolicySet
 from webhook.policy.request import Phase, Request
@@ -274,3 +277,41 @@ def test_the_audit_reports_every_rule_of_a_lifted_policy_as_skipped(tmp_path: Pa
     results = [r for item in json.loads(capsys.readouterr().out)["items"] for r in item["results"]]
     ours = {r["rule"]: (r["result"], r["message"]) for r in results if r["policy"] == "gpu-validations"}
     assert ours and set(ours.values()) == {("skip", "lifted by GPUPolicyException all")}, ours
+
+
+@pytest.mark.parametrize("pattern", ["*", "**", "?*", "*?", "[a-z0-9]*", "*[a-z0-9]", "*[!.]", "*[!.]*", "*?*"])
+def test_a_namespace_pattern_that_matches_every_namespace_is_refused(tmp_path: Path, pattern: str) -> None:
+    problems = problems_of(tmp_path, exception(f"{{namespaces: ['{pattern}'], names: [trainer]}}"))
+    assert len(problems) == 1 and f"namespace pattern '{pattern}' matches every namespace" in problems[0], problems
+
+
+@pytest.mark.parametrize("pattern", ["ml-*", "*-gpu", "[a-z]*", "?", "??*", "*[a-y0-9]", "team-[ab]*"])
+def test_a_namespace_pattern_that_leaves_namespaces_out_loads(tmp_path: Path, pattern: str) -> None:
+    """The control: each leaves some namespace out ('0', 'z', 'a', …)."""
+    assert len(policies_with(tmp_path, exception(f"{{namespaces: ['{pattern}'], names: [trainer]}}")).exceptions) == 1
+
+
+namespace_names = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?\Z")
+glob_parts = st.sampled_from(["*", "?", "[a-z0-9]", "[a-z]", "[!.]", "[!a]", "[0-9a-z-]", "a", "-", "0", "[a-y0-9]"])
+
+
+@settings(max_examples=400)
+@given(st.lists(glob_parts, min_size=1, max_size=4))
+def test_the_every_namespace_check_is_what_matching_says(parts: list[str]) -> None:
+    """The probes decide as matching every name would: a glob the check passes leaves out some name
+    (found among the one- and two-character names and a few longer), one it refuses matches every
+    generated name."""
+    pattern = "".join(parts)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    names = [*alphabet, *(a + b for a in alphabet for b in alphabet), *(a + "-" + b for a in "a0z9" for b in "a0z9"),
+             "kube-system", "a" * 63]
+    if schema.matches_every_namespace(pattern):
+        assert all(fnmatchcase(n, pattern) for n in names)
+    else:
+        assert not all(fnmatchcase(n, pattern) for n in names)
+
+
+@given(namespace_names)
+def test_a_refused_pattern_matches_any_namespace(name: str) -> None:
+    for pattern in ("?*", "*[a-z0-9]", "[!.]*", "*[a-z0-9]*"):
+        assert schema.matches_every_namespace(pattern) and fnmatchcase(name, pattern)

@@ -15,6 +15,7 @@ time, never a silently ignored setting. docs/policies.md documents each field.
 from __future__ import annotations
 
 import re
+from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Annotated, Literal
 
@@ -234,9 +235,22 @@ class ExceptionMatch(Model):
                 "by names alone would hold in every namespace"
             )
         for pattern in self.namespaces:
-            if not pattern.strip("*"):
+            if matches_every_namespace(pattern):
                 raise ValueError(f"namespace pattern {pattern!r} matches every namespace: list the namespaces")
         return self
+
+
+#: a glob that matches each of these matches every namespace name (a DNS-1123 label: [a-z0-9-], at
+#: most 63 characters, starting and ending with a letter or digit). Matching every one-character name
+#: leaves it at most one element that is not "*" (a "?", a set or a character), which then takes every
+#: letter and digit; matching "ab" too, it has a "*" beside that element, so it matches any label: its
+#: first, its last or some character is a letter or digit
+_EVERY_NAMESPACE = (*"abcdefghijklmnopqrstuvwxyz0123456789", "ab")
+
+
+def matches_every_namespace(pattern: str) -> bool:
+    """Does the shell glob ``pattern`` match every name a namespace can have (``*``, ``?*``, ``[a-z0-9]*``…)?"""
+    return all(fnmatchcase(name, pattern) for name in _EVERY_NAMESPACE)
 
 
 class GPUPolicyExceptionSpec(Model):
