@@ -220,3 +220,33 @@ async def test_hot_reload_refuses_a_value_its_tag_does_not_fit(start_webhook: St
     assert store.current is good
     assert store.last_error == "broken.yaml: invalid YAML: a value that its tag does not fit " \
                                "(ValueError: invalid literal for int() with base 10: 'abc')"
+
+
+SHAPE = """\
+apiVersion: gpu-admission.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: shapes}
+spec:
+  match: {kinds: [Pod, ResourceClaim]}
+  rules:
+    resourceShape:
+      migProfiles: %s
+    draClaims:
+      migProfiles: %s
+"""
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ("1g.10gbb", "'1g.10gbb' is not a MIG profile such as 1g.10gb"),
+    ("bogus", "'bogus' is not a MIG profile"),
+    ("mig-1g.10gb", "'mig-1g.10gb' is not a MIG profile"),
+    ("nvidia.com/mig-1g.10gb", "'nvidia.com/mig-1g.10gb' is a resource name: give the profile, 1g.10gb"),
+])
+def test_a_mig_profile_allowlist_entry_not_spelt_as_a_profile_is_refused(tmp_path: Path, profile: str, expected: str) -> None:
+    """A typo in the allowlist would refuse every pod of the profile meant, and admit the typo's resource."""
+    problems = problems_of(tmp_path, SHAPE % (f"[1g.10gb, '{profile}']", f"['{profile}']"))
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("p.yaml: document 1 (GPUPolicy shapes): spec.rules.resourceShape.migProfiles[1]") and expected in problems[0]
+    assert problems[1].startswith("p.yaml: document 1 (GPUPolicy shapes): spec.rules.draClaims.migProfiles[0]") and expected in problems[1]
+    (tmp_path / "p.yaml").write_text(SHAPE % ("[1g.10gb, 1g.10gb+me, 1g.10gb.me, 7g.141gb]", "[3g.40gb]"))  # the control
+    assert loader.load_directory(tmp_path).policies

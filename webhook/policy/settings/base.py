@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from webhook.gpu import mig
 from webhook.kube import quantity
 
 #: enforce: apply (mutations) or deny (validations); warn: allow with an admission
@@ -84,3 +85,16 @@ def _valid_resource_name(value: str) -> str:
 
 #: a resource name ("nvidia.com/gpu"), or a prefix pattern ending in * ("nvidia.com/mig-*")
 ResourceName = Annotated[str, AfterValidator(_valid_resource_name)]
+
+
+def _valid_mig_profile(value: str) -> str:
+    profile = mig.profile_of(value) or value
+    if not mig.well_formed(mig.resource_profile(profile)):
+        raise ValueError(f"{value!r} is not a MIG profile such as 1g.10gb, 3g.40gb or 1g.10gb+me")
+    if profile != value:
+        raise ValueError(f"{value!r} is a resource name: give the profile, {profile}")
+    return value
+
+
+#: a MIG profile as NVIDIA spells it ("1g.10gb", "1g.10gb+me"; ".me" as the resource name has it)
+MigProfile = Annotated[str, AfterValidator(_valid_mig_profile)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from webhook.gpu.device_classes import PROFILE, DeviceClassInfo
-from webhook.policy.settings.base import LabelSelector, Model, ResourceName
+from webhook.policy.settings.base import LabelSelector, MigProfile, Model, ResourceName
 from webhook.policy.settings.validation import ClusterRuleBase, Severity
 
 
@@ -43,7 +43,7 @@ class DraClaimsRule(ClusterRuleBase):
     maxPerClaim: dict[ResourceName, int] = Field(
         default={}, description='resource (or "prefix*") → most devices one claim may ask for'
     )
-    migProfiles: list[str] = Field(default=[], description="allowed MIG profiles; empty: every valid one")
+    migProfiles: list[MigProfile] = Field(default=[], description="allowed MIG profiles; empty: every valid one")
     adminAccessNamespaces: list[str] = Field(
         default=[], description="namespaces (globs) where adminAccess may be requested; empty: none"
     )

@@ -11,7 +11,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from webhook.gpu import products
 from webhook.gpu.cuda import CudaVersion, DriverVersion, strict_index
 from webhook.gpu.resources import ResourceMatcher
-from webhook.policy.settings.base import LabelSelector, Model, ResourceName, RuleBase
+from webhook.policy.settings.base import LabelSelector, MigProfile, Model, ResourceName, RuleBase
 
 #: what a policy wants done about a finding: nothing, a warning, or what the
 #: rule's mode says (a denial in enforce)
@@ -68,7 +68,7 @@ class ResourceShapeRule(RuleBase):
         default=None, description='a cap for every GPU resource, or resource (or "prefix*") → cap'
     )
     nodeCapacity: bool = Field(default=True, description="deny more GPUs than the largest node, or the node spec.nodeName names, offers (nodes known)")
-    migProfiles: list[str] = Field(default=[], description="allowed MIG profiles such as 1g.10gb; empty: every valid one")
+    migProfiles: list[MigProfile] = Field(default=[], description="allowed MIG profiles such as 1g.10gb; empty: every valid one")
     sharingSchemes: SharingSchemes = SharingSchemes()
 
 
