@@ -250,3 +250,13 @@ def test_a_mig_profile_allowlist_entry_not_spelt_as_a_profile_is_refused(tmp_pat
     assert problems[1].startswith("p.yaml: document 1 (GPUPolicy shapes): spec.rules.draClaims.migProfiles[0]") and expected in problems[1]
     (tmp_path / "p.yaml").write_text(SHAPE % ("[1g.10gb, 1g.10gb+me, 1g.10gb.me, 7g.141gb]", "[3g.40gb]"))  # the control
     assert loader.load_directory(tmp_path).policies
+
+
+def test_a_shm_minimum_above_its_maximum_is_refused(tmp_path: Path) -> None:
+    """A clamp upside down sized /dev/shm at a container's whole memory limit."""
+    shm = GOOD.replace("    tolerations:\n      tolerations: [{key: example.com/gpu-pool, operator: Exists, effect: NoSchedule}]\n",
+                       "    shm: {minSize: %s, maxSize: 32Gi}\n")
+    [problem] = problems_of(tmp_path, shm % "64Gi")
+    assert problem.startswith("p.yaml: document 1 (GPUPolicy extra): spec.rules.shm") and "minSize 64Gi is above maxSize 32Gi" in problem
+    (tmp_path / "p.yaml").write_text(shm % "32Gi")  # the control: equal bounds, a fixed size in effect
+    assert loader.load_directory(tmp_path).policies

@@ -79,6 +79,13 @@ class ShmRule(RuleBase):
     volumeName: str = Field(default="gpu-admission-shm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=55)
     initContainers: bool = Field(default=False, description="also GPU init containers (native sidecars, restartPolicy: Always, always)")
 
+    @model_validator(mode="after")
+    def _min_below_max(self) -> ShmRule:
+        if quantity_value(self.minSize) > quantity_value(self.maxSize):
+            raise ValueError(f"minSize {self.minSize} is above maxSize {self.maxSize}: the fraction of the memory "
+                             "limit is clamped between them")
+        return self
+
     @cached_property
     def bytes(self) -> ShmSizes:
         """The sizes as numbers, parsed once."""
