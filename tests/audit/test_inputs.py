@@ -133,3 +133,16 @@ def test_a_utf16_file_with_its_byte_order_mark_is_read_as_kubectl_reads_it(tmp_p
     done = audit_process(str(tmp_path / "utf16.yaml"), "-o", "json")
     report = json.loads(done.stdout)
     assert report["summary"]["objects"] == 1 and report["summary"]["errors"] == 0, (report["summary"], done.stderr)
+
+
+@pytest.mark.parametrize("newline", ["\r", "\x85", "\r\n"], ids=["cr", "nel", "crlf"])
+def test_each_line_break_yaml_reads_splits_documents_as_lf_does(newline: str) -> None:
+    """A broken document among good ones, written with CR alone (classic Mac OS) or NEL: read as the
+    LF file is (each document its own, numbered and placed alike), not as one broken document."""
+    stream = GPU_POD + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n---\n" + SHARED_POD
+    expected = _parse(stream)
+    assert [type(d).__name__ for d in expected] == ["Document", "Problem", "Document"]
+    got = _parse(stream.replace("\n", newline))
+    assert [(type(d).__name__, d.index, d.line) for d in got] == [(type(d).__name__, d.index, d.line) for d in expected]
+    assert [d.obj for d in got if isinstance(d, inputs.Document)] == [d.obj for d in expected if isinstance(d, inputs.Document)]
+    assert [d.message for d in got if isinstance(d, inputs.Problem)] == [d.message for d in expected if isinstance(d, inputs.Problem)]

@@ -193,7 +193,7 @@ _K8S = [
     "replicaCount: 1\n", "- a\n", "hello\n", "~\n", "# only a comment\n", "\n", "", "...\n",
     "apiVersion: v1\nkind: ConfigMap\ndata:\n  script: |\n    ---\n    echo hi\n",
     "apiVersion: v1\nkind: ConfigMap\ndata: {a: *nope}\n",
-    "--- |\n  text\n", "!!null\n", "apiVersion: v1\r\nkind: Pod\r\n", "apiVersion: v1\rkind: Pod\r",
+    "--- |\n  text\n", "!!null\n", "apiVersion: v1\r\nkind: Pod\r\n", "apiVersion: v1\rkind: Pod\r", "apiVersion: v1\x85kind: Pod\x85",
     "base: &b {x: 1}\napiVersion: v1\nkind: Pod\nspec: {<<: *b}\n", "a: 'unterminated\n",
     "apiVersion: v1\nkind: Deployment\nspec: {replicas: !!int two}\n", "a: !!bool maybe\n",
     "\ufeffapiVersion: v1\nkind: Pod\n", "--- {apiVersion: v1, kind: Pod}\n", "apiVersion: v1\nkind: Pod\n...\n",
@@ -201,7 +201,9 @@ _K8S = [
 
 
 def _reference(source: inputs.SourceFile, text: str) -> list[inputs.Document | inputs.Problem]:
-    """Each document parsed alone by the C loader: how the audit read YAML before it read files in one pass."""
+    """Each document parsed alone by the C loader: how the audit read YAML before it read files in one pass
+    (a CR alone and NEL are line breaks to YAML, as LF is: where one starts a line with ---, a document ends)."""
+    text = text.replace("\r\n", "\0").replace("\r", "\n").replace("\x85", "\n").replace("\0", "\r\n")
     items: list[inputs.Document | inputs.Problem] = []
     for chunk in inputs.split_documents(text):
         try:

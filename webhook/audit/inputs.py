@@ -190,7 +190,14 @@ def _looks_like_json(path: str, text: str) -> bool:
     return path.endswith(".json") or text.lstrip()[:1] in ("{", "[")
 
 
+#: the line breaks YAML reads besides LF and CRLF: a CR alone (classic Mac OS) and NEL, each read as
+#: LF is, in a scalar's value too (LS and PS, which YAML keeps in values, are left as they are)
+_OTHER_BREAKS = re.compile("\r(?!\n)|\x85")
+
+
 def _yaml_objects(name: str, relative: str, text: str) -> Iterator[Document | Problem]:
+    if "\r" in text or "\x85" in text:  # documents are told apart, and lines counted, at "\n"
+        text = _OTHER_BREAKS.sub("\n", text)
     chunks = split_documents(text)
     parsed = _whole_stream(text, chunks)
     if parsed is None:
