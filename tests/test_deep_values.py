@@ -25,6 +25,7 @@ from tests.conftest import Webhook
 from tests.support import corpus_reviews, load_review
 from tests.test_cases import _load_cases, _policies
 from webhook import review
+from webhook.errors import UnreadableReview
 from webhook.kube import value_text
 from webhook.policy import engine
 from webhook.policy.request import Request
@@ -245,3 +246,19 @@ def test_the_envelope_is_looked_for_where_kube_apiserver_writes_it() -> None:
     late = orjson.dumps({**sent, "request": {"object": "@deep@", "uid": "u"}})
     assert review._envelope(late.replace(b'"@deep@"', b"[" * 5000 + b"]" * 5000)) is None
     assert review._envelope(late.replace(b'"@deep@"', b"[" * 1000 + b"]" * 1000)) == ("admission.k8s.io/v1", "u")
+
+
+def test_no_envelope_from_what_is_no_object_or_lies_past_the_parse() -> None:
+    """A body whose top is a list, a string not closed where the scan stops (its quotes are not
+    read one by one to the end), and fields only past where the parse stopped: no envelope."""
+    fields = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u"}}'
+    assert review._envelope(fields) == ("admission.k8s.io/v1", "u")  # the control
+    assert review._envelope(b"[" + fields + b"]") is None
+    assert review._envelope(b'{"x":"' + b'\\"' * 4000) is None
+    assert review._envelope(b"[" * 1025 + b'"' + b'\\"' * 3500) is None
+    deep = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"object":' + TOO_DEEP.encode()
+    late = deep + b',"uid":"u"}}'
+    with pytest.raises(review.ReviewError) as raised:
+        review.parse_review(late)
+    assert not isinstance(raised.value, UnreadableReview) and "depth limit exceeded" in str(raised.value)
+    assert review._envelope(late) == ("admission.k8s.io/v1", "u")  # (read whole, as no parse stopped it)

@@ -285,6 +285,15 @@ def test_a_namespace_pattern_that_matches_every_namespace_is_refused(tmp_path: P
     assert len(problems) == 1 and f"namespace pattern '{pattern}' matches every namespace" in problems[0], problems
 
 
+@pytest.mark.parametrize("patterns", [["[a-m]*", "[!a-m]*"], ["[a-z]*", "[0-9]*"], ["?", "??", "???*"], ["*[a-m]", "*[!a-m]"]])
+def test_namespace_patterns_that_together_match_every_namespace_are_refused(tmp_path: Path, patterns: list[str]) -> None:
+    listed = ", ".join(f"'{p}'" for p in patterns)
+    problems = problems_of(tmp_path, exception(f"{{namespaces: [{listed}], names: [trainer]}}"))
+    assert len(problems) == 1 and f"namespace patterns {', '.join(patterns)} together match every namespace" in problems[0]
+    # the control: one of them left out leaves namespaces out
+    assert len(policies_with(tmp_path / "control", exception(f"{{namespaces: ['{patterns[0]}'], names: [trainer]}}")).exceptions) == 1
+
+
 @pytest.mark.parametrize("pattern", ["ml-*", "*-gpu", "[a-z]*", "?", "??*", "*[a-y0-9]", "team-[ab]*"])
 def test_a_namespace_pattern_that_leaves_namespaces_out_loads(tmp_path: Path, pattern: str) -> None:
     """The control: each leaves some namespace out ('0', 'z', 'a', …)."""

@@ -248,7 +248,8 @@ def test_a_mig_profile_allowlist_entry_not_spelt_as_a_profile_is_refused(tmp_pat
     assert len(problems) == 2, problems
     assert problems[0].startswith("p.yaml: document 1 (GPUPolicy shapes): spec.rules.resourceShape.migProfiles[1]") and expected in problems[0]
     assert problems[1].startswith("p.yaml: document 1 (GPUPolicy shapes): spec.rules.draClaims.migProfiles[0]") and expected in problems[1]
-    (tmp_path / "p.yaml").write_text(SHAPE % ("[1g.10gb, 1g.10gb+me, 1g.10gb.me, 7g.141gb]", "[3g.40gb]"))  # the control
+    (tmp_path / "p.yaml").write_text(  # the control: profiles as NVIDIA's tools spell them
+        SHAPE % ("[1g.10gb, 1g.10gb+me, 1g.10gb.me, 7g.141gb, 1c.2g.10gb, 1g.24gb+gfx, 1g.10gb+me.all]", "[3g.40gb]"))
     assert loader.load_directory(tmp_path).policies
 
 
@@ -260,3 +261,9 @@ def test_a_shm_minimum_above_its_maximum_is_refused(tmp_path: Path) -> None:
     assert problem.startswith("p.yaml: document 1 (GPUPolicy extra): spec.rules.shm") and "minSize 64Gi is above maxSize 32Gi" in problem
     (tmp_path / "p.yaml").write_text(shm % "32Gi")  # the control: equal bounds, a fixed size in effect
     assert loader.load_directory(tmp_path).policies
+    [problem] = problems_of(tmp_path, shm.replace(", maxSize: 32Gi", "") % "64Gi")
+    assert "minSize 64Gi is above maxSize 32Gi (the default)" in problem
+    # as before: a maximum given alone below the default minimum caps; a fixed size uses neither
+    for shm_settings in ("{maxSize: 32Mi}", "{size: 1Gi, minSize: 2Gi, maxSize: 16Mi}"):
+        (tmp_path / "p.yaml").write_text(shm.replace("{minSize: %s, maxSize: 32Gi}", shm_settings))
+        assert loader.load_directory(tmp_path).policies

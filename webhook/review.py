@@ -84,7 +84,7 @@ def parse_review(body: bytes | str) -> Review:
         data = _LOADS(body)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith(_TOO_DEEP):
-            envelope = _envelope(body)
+            envelope = _envelope(body, exc.pos)
             if envelope is not None:
                 raise UnreadableReview(
                     f"gpu-admission cannot read this object: it nests lists or maps deeper than {MAX_DEPTH:,} "
@@ -108,7 +108,9 @@ def parse_review(body: bytes | str) -> Review:
 MAX_DEPTH = 1024
 _TOO_DEEP = "depth limit exceeded"
 #: a JSON string (escapes kept), or one of the characters that give JSON its structure
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}:,]')
+#: (a quote with no closing one matches alone: a string run past where the scan stops ends it, so that
+#: no quote is matched again and again to the end: linear)
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*+"|"|[][{}:,]')
 
 
 #: the envelope of a review too deep to parse is looked for this far into its body: kube-apiserver
@@ -117,16 +119,19 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}:,]')
 _ENVELOPE_BYTES = 8192
 
 
-def _envelope(body: bytes | str) -> tuple[str, str] | None:
-    """(apiVersion, request.uid) of an AdmissionReview too deep to parse, read by its tokens in the
-    body's first ``_ENVELOPE_BYTES`` (no recursion: ``body`` is well-formed JSON up to where the
-    parse stopped); None when they are not those of a review."""
-    data = (body.encode() if isinstance(body, str) else body)[:_ENVELOPE_BYTES]
+def _envelope(body: bytes | str, end: int = _ENVELOPE_BYTES) -> tuple[str, str] | None:
+    """(apiVersion, request.uid) of an AdmissionReview too deep to parse, read by its tokens before
+    ``end`` and within the body's first ``_ENVELOPE_BYTES`` (no recursion; ``end``: where the parse
+    stopped, the body well-formed JSON before it); None when they are not those of a review: the
+    body is no object, a string is not closed before the end, or the fields are not found."""
+    data = (body.encode() if isinstance(body, str) else body)[:min(end, _ENVELOPE_BYTES)]
     found: dict[bytes, bytes] = {}
     objects: list[bool] = []  # per open container, outermost first: is it an object (else a list)
     key, expect_key, in_request = b"", False, False
     for match in _TOKEN.finditer(data):
         token = match.group()
+        if token == b'"' or (not objects and token != b"{"):
+            return None
         if token == b"{" or token == b"[":
             in_request = in_request or (len(objects) == 1 and key == b'"request"' and token == b"{")
             objects.append(token == b"{")
@@ -146,7 +151,7 @@ def _envelope(body: bytes | str) -> tuple[str, str] | None:
         elif expect_key:
             key, expect_key = token, False
         elif len(objects) == 1 or (in_request and len(objects) == 2):
-            found[(b"request." if len(objects) == 2 else b"") + key] = token
+            found.setdefault((b"request." if len(objects) == 2 else b"") + key, token)
             version_token, kind_token, uid_token = found.get(b'"apiVersion"'), found.get(b'"kind"'), found.get(b'request."uid"')
             if version_token is not None and kind_token is not None and uid_token is not None:
                 try:  # (each token a whole JSON string: its escapes read as the parse reads them)

@@ -37,6 +37,16 @@ PROFILES: dict[str, dict[str, int]] = {
 _WELL_FORMED = re.compile(r"^[1-8]g\.[0-9]+gb(\.me)?$")
 
 
+#: what a policy's allowlist may name: the profile names NVIDIA's tools spell beyond the resources'
+#: (compute instances "1c.2g.10gb", "+me.all", "+gfx"), each <slices>g.<memory>gb at its core
+_PROFILE_LIKE = re.compile(r"^([0-9]+c\.)?[1-8]g\.[0-9]+gb([.+][a-z]+)*$")
+
+
+def profile_like(profile: str) -> bool:
+    """Spelt as some MIG profile NVIDIA names, at least (a policy's allowlist: ``1g.10gbb`` is none)."""
+    return bool(_PROFILE_LIKE.match(profile))
+
+
 def well_formed(profile: str) -> bool:
     """Spelt like a MIG profile, known or not (new GPUs bring new profiles)."""
     return bool(_WELL_FORMED.match(profile))

@@ -237,6 +237,9 @@ class ExceptionMatch(Model):
         for pattern in self.namespaces:
             if matches_every_namespace(pattern):
                 raise ValueError(f"namespace pattern {pattern!r} matches every namespace: list the namespaces")
+        if len(self.namespaces) > 1 and all(any(fnmatchcase(n, p) for p in self.namespaces) for n in _NAMESPACES):
+            raise ValueError(f"namespace patterns {', '.join(self.namespaces)} together match every namespace: "
+                             "list the namespaces")
         return self
 
 
@@ -246,6 +249,14 @@ class ExceptionMatch(Model):
 #: letter and digit; matching "ab" too, it has a "*" beside that element, so it matches any label: its
 #: first, its last or some character is a letter or digit
 _EVERY_NAMESPACE = (*"abcdefghijklmnopqrstuvwxyz0123456789", "ab")
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+#: patterns that together match every one of these (every name of one or two characters, and longer
+#: ones) leave no namespace out that anyone names: refused as one that matches every namespace is
+#: (for several patterns, no short proof says these names are enough; they are what such lists miss)
+_NAMESPACES = (*_ALNUM, *(a + b for a in _ALNUM for b in _ALNUM), *(a + "-" + b for a in "a0z9" for b in "a0z9"),
+               "abc", "a-b-c", "default", "kube-system", "a" * 63)
 
 
 def matches_every_namespace(pattern: str) -> bool:

@@ -89,7 +89,7 @@ ResourceName = Annotated[str, AfterValidator(_valid_resource_name)]
 
 def _valid_mig_profile(value: str) -> str:
     profile = mig.profile_of(value) or value
-    if not mig.well_formed(mig.resource_profile(profile)):
+    if not mig.profile_like(profile):
         raise ValueError(f"{value!r} is not a MIG profile such as 1g.10gb, 3g.40gb or 1g.10gb+me")
     if profile != value:
         raise ValueError(f"{value!r} is a resource name: give the profile, {profile}")

@@ -81,9 +81,12 @@ class ShmRule(RuleBase):
 
     @model_validator(mode="after")
     def _min_below_max(self) -> ShmRule:
-        if quantity_value(self.minSize) > quantity_value(self.maxSize):
-            raise ValueError(f"minSize {self.minSize} is above maxSize {self.maxSize}: the fraction of the memory "
-                             "limit is clamped between them")
+        """A minSize given above the maximum turns the clamp upside down (the size is then the whole memory
+        limit). A maxSize given alone below the default minimum caps as it did; a fixed size uses neither."""
+        if self.size is None and "minSize" in self.model_fields_set and quantity_value(self.minSize) > quantity_value(self.maxSize):
+            default = "" if "maxSize" in self.model_fields_set else " (the default)"
+            raise ValueError(f"minSize {self.minSize} is above maxSize {self.maxSize}{default}: the fraction of the "
+                             "memory limit is clamped between them")
         return self
 
     @cached_property
