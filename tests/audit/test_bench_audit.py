@@ -6,7 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO
+
+
+pytestmark = pytest.mark.bench
 
 
 def test_bench_audit_prints_every_ratio_and_verdict() -> None:

@@ -14,6 +14,9 @@ from bench.cel import STATES
 from webhook.policy import offload
 
 
+pytestmark = pytest.mark.bench
+
+
 def test_bench_cel_prints_each_state_latency_and_cpu(apiserver: ApiServer) -> None:
     done = subprocess.run(
         [sys.executable, "bench/cel.py", "--pods", "8", "--clients", "2", "--rounds", "1", "--k8s", apiserver.version],

@@ -6,7 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.e2e.apiserver import REPO, ApiServer
+
+
+pytestmark = pytest.mark.bench
 
 
 def test_bench_quota_prints_caps_on_and_off_and_the_burst(apiserver: ApiServer) -> None:
