@@ -23,7 +23,7 @@ RUN apt-get update \
 # `make test` ran the compiled suite with.
 ARG MYPY="mypy>=1.8"
 RUN python -m venv /opt/build \
- && /opt/build/bin/pip install "setuptools>=68" wheel "${MYPY}" \
+ && /opt/build/bin/pip install "setuptools>=77" wheel "${MYPY}" \
  && python -m venv /opt/venv
 WORKDIR /src
 # .dockerignore lets only pyproject.toml, setup.py, README.md and webhook/ in.

@@ -168,6 +168,11 @@ async def test_a_review_nested_past_what_the_reader_reads_is_refused_in_an_answe
     async with await webhook.post(endpoint, too_deep) as resp:
         assert resp.status == 200
         answer = await resp.json()
+    async with webhook.session.get(webhook.base + "/metrics") as resp:
+        scraped = await resp.text()
+    # counted as the denial it is, in the requests and in the latency (what an SLO on admissions reads)
+    assert f'gpu_admission_requests_total{{decision="deny",endpoint="{endpoint}",kind="",operation=""}} 1.0' in scraped
+    assert f'gpu_admission_request_duration_seconds_count{{endpoint="{endpoint}"}} 1.0' in scraped
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     response = answer["response"]
     assert response["uid"] == uid and response["allowed"] is False

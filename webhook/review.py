@@ -167,9 +167,13 @@ def _envelope(body: bytes | str, end: int = _ENVELOPE_BYTES) -> tuple[str, str] 
 def refusal(api_version: str, uid: str, message: str) -> ReviewJSON:
     """The answer that refuses a review gpu-admission cannot judge (HTTP 200: the answer is the refusal)."""
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": {
-        "uid": uid, "allowed": False,
-        "status": {"code": 400, "reason": "BadRequest", "status": "Failure", "message": limit_message(message)},
+        "uid": uid, "allowed": False, "status": _failure(400, "BadRequest", message),
     }}
+
+
+def _failure(code: int, reason: str, message: str) -> StatusJSON:
+    """The status of an answer that refuses (its message cut to what kube-apiserver shows)."""
+    return {"code": code, "reason": reason, "status": "Failure", "message": limit_message(message)}
 
 
 def _uid(req: dict[str, Any]) -> str:
@@ -221,12 +225,7 @@ def build_response(review: Review, decision: Decision, *, mutating: bool) -> Rev
     """The AdmissionReview answer: uid echoed, patch only when there is one."""
     response: ResponseJSON = {"uid": review.uid, "allowed": decision.allowed}
     if not decision.allowed:
-        response["status"] = {
-            "code": 403,
-            "reason": "Forbidden",
-            "status": "Failure",
-            "message": limit_message(decision.message()),
-        }
+        response["status"] = _failure(403, "Forbidden", decision.message())
     elif mutating and decision.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = encode_patch(decision.patch)

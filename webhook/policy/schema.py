@@ -243,15 +243,15 @@ class ExceptionMatch(Model):
         return self
 
 
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
 #: a glob that matches each of these matches every namespace name (a DNS-1123 label: [a-z0-9-], at
 #: most 63 characters, starting and ending with a letter or digit). Matching every one-character name
 #: leaves it at most one element that is not "*" (a "?", a set or a character), which then takes every
 #: letter and digit; matching "ab" too, it has a "*" beside that element, so it matches any label: its
 #: first, its last or some character is a letter or digit
-_EVERY_NAMESPACE = (*"abcdefghijklmnopqrstuvwxyz0123456789", "ab")
+_EVERY_NAMESPACE = (*_ALNUM, "ab")
 
-
-_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
 #: patterns that together match every one of these (every name of one or two characters, and longer
 #: ones) leave no namespace out that anyone names: refused as one that matches every namespace is
 #: (for several patterns, no short proof says these names are enough; they are what such lists miss)

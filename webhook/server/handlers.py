@@ -128,6 +128,7 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     except UnreadableReview as exc:  # a review kube-apiserver sent that cannot be judged: refused in an answer
         metrics.count_request(endpoint, "", "", "deny", frozenset())
         log.info("refused unread: %s", exc, extra={"uid": exc.uid, "endpoint": endpoint})
+        metrics.observe_latency(endpoint, time.perf_counter() - started)
         return Answer(review.encode(review.refusal(exc.api_version, exc.uid, str(exc))))
     except ReviewError as exc:
         metrics.count_request(endpoint, "", "", "error", frozenset())
