@@ -79,8 +79,8 @@ def loop(side: str, file: Path, admissions: int, level: str, mutations: bool) ->
     output = logs.Output(logs.JsonFormatter(), os.open(os.devnull, os.O_WRONLY), batch=3600)
     _quiet()
     for _ in range(admissions):
-        objects = handlers._count_objects(body, limits.max_objects)
-        parsed = reviews.parse_review(body)
+        objects, read = handlers._read_objects(body, limits.max_objects)
+        parsed = reviews.parse_review(read)
         outcome = evaluation.decide(policies, parsed, EMPTY_VIEW, "mutate", limits, objects)
         decision, answer = handlers._answer(parsed, outcome.decision, "mutate", limits.max_patch_bytes)
         reviews.encode(answer)

@@ -8,6 +8,7 @@ into the response kube-apiserver expects (FACTS.md §6).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Final, NamedTuple, TypedDict
 
 import orjson
@@ -23,6 +24,17 @@ from webhook.policy.request import Request
 _LOADS: Final = orjson.loads
 _DUMPS: Final = orjson.dumps
 _B64: Final = pybase64.b64encode_as_string
+
+
+def _native_trim() -> Callable[[bytes, int], tuple[int, bytes]] | None:
+    try:
+        from webhook._envelope import trim  # (built with the compiled core: webhook/compiled.py NATIVE)
+    except ImportError:
+        return None
+    return trim
+
+
+_TRIM: Final = _native_trim()
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -102,6 +114,19 @@ def parse_review(body: bytes | str) -> Review:
     if not isinstance(req, dict):
         raise ReviewError("AdmissionReview has no request object")
     return _new_review(Review, (api_version, _uid(req), _request(req)))
+
+
+def trimmed(body: bytes, limit: int) -> tuple[int, bytes]:
+    """``body``'s JSON objects counted, and ``body`` without the ``metadata.managedFields`` of
+    ``request.object`` and ``request.oldObject``: the field managers' record kube-apiserver sends with
+    every object (a fifth to a quarter of a pod's review), which no rule reads and whose parse and
+    freeing cost more than a pod's rules. One pass in C (webhook/_envelope.c) that follows the JSON
+    grammar, so that a cut is a whole member at that path whatever a string holds; it stops past
+    ``limit`` objects. (-1, ``body``) where it does not read ``body`` (not one JSON value, nested past
+    orjson's depth, or the interpreted build, which has no C): the body is then parsed as it is."""
+    if _TRIM is None:
+        return -1, body
+    return _TRIM(body, limit)
 
 
 #: orjson reads JSON nested at most this deep, and says so with this

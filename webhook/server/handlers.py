@@ -93,7 +93,7 @@ async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.S
     metrics, limits = state.metrics, state.limits
     try:
         body = await read_body(request, limits.max_body_bytes, limits.body_timeout)
-        objects = _count_objects(body, limits.max_objects)
+        objects, body = _read_objects(body, limits.max_objects)
         resolver = state.resolver
         context: Context = (state, endpoint, phase, started)
         if resolver is None and len(body) < limits.offload_bytes:
@@ -183,6 +183,16 @@ def account(done: Answered, parsed: review.Review, context: Context) -> bytes:
     _observe(state, endpoint, parsed, done.decision, done.refused)
     state.metrics.observe_latency(endpoint, time.perf_counter() - started)
     return done.body
+
+
+def _read_objects(body: bytes, limit: int) -> tuple[int, bytes]:
+    """An upper bound of the JSON objects in ``body``, and the body as it is to be parsed: without its
+    objects' ``metadata.managedFields``, which no rule reads, where the compiled build's reader
+    (webhook/_envelope.c) reads it; RequestBodyError (413) past ``limit``."""
+    objects, trimmed = review.trimmed(body, limit)
+    if 0 <= objects <= limit:
+        return objects, trimmed
+    return _count_objects(body, limit), body  # (not read, or past the limit: counted whole, the 413 says how many)
 
 
 #: bodies have their "{" counted by deleting them, this many bytes at a time (_count_objects)
