@@ -74,6 +74,8 @@ test-interpreted: $(STAMP) registry-tools tls-tools kubectl
 # policy core setup.py compiles in place (webhook/compiled.py names the
 # modules): the source tree keeps no compiled module to shadow an edit.
 COMPILED := build/compiled/gpu-admission
+# pytest on the compiled build, run from $(COMPILED)
+PYTEST_COMPILED = PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider
 ROOT     := $(CURDIR)
 
 # mypyc's output needs a C compiler (installed when missing and apt-get can, as root) and Python's headers
@@ -101,8 +103,8 @@ compiled: $(STAMP) c-compiler
 
 # GPU_ADMISSION_POLICY_CORE=compiled: tests/test_compiled.py fails unless every module listed runs compiled
 test-compiled: compiled registry-tools tls-tools kubectl
-	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider $(UNIT)
-	cd $(COMPILED) && PYTHONPATH=$(ROOT)/$(COMPILED) GPU_ADMISSION_POLICY_CORE=compiled $(ROOT)/$(BIN)/python -m pytest -p no:cacheprovider tests/e2e
+	cd $(COMPILED) && $(PYTEST_COMPILED) $(UNIT)
+	cd $(COMPILED) && $(PYTEST_COMPILED) tests/e2e
 
 e2e: $(STAMP)
 	GPU_ADMISSION_E2E_K8S=$(K8S) $(BIN)/python -m pytest tests/e2e
