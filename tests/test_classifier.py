@@ -89,6 +89,28 @@ def test_indexed_classifier_agrees_with_the_linear_scan(raw: list[tuple[dict[str
     assert indexed == linear
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.lists(st.tuples(class_entries(), st.sampled_from(VALUES[:4])), min_size=60, max_size=140), pod=pods())
+def test_many_entries_agree_with_the_linear_scan(raw: list[tuple[dict[str, Any], str]], pod: dict[str, Any]) -> None:
+    """Past 63 entries the candidates' bit set is no machine word (the compiled core's ints are then boxed)."""
+    entries = [(schema.ClassMatch.model_validate(entry), name) for entry, name in raw]
+    indexed, linear = _both(entries, pod)
+    assert indexed == linear
+
+
+def test_the_first_matching_entry_wins_past_the_sixty_fourth() -> None:
+    """130 entries on one label, each wanting its own value: the pod's value picks the entry, past bit 63
+    too, and an entry without an anchor listed before it wins over it."""
+    entries = [(schema.ClassMatch.model_validate({"labels": {"matchLabels": {"team": f"t{i}"}}}), f"class-{i}")
+               for i in range(130)]
+    pod: dict[str, Any] = {"meta": {"labels": {"team": "t100"}}, "owner_kinds": set(), "workload_kind": "Pod",
+                           "namespace": "ml", "ns_labels": {}}
+    assert _both(entries, pod) == ("class-100", "class-100")
+    unanchored = (schema.ClassMatch.model_validate({"namespaces": ["ml"]}), "anywhere-in-ml")
+    assert _both([*entries[:70], unanchored, *entries[70:]], pod) == ("anywhere-in-ml", "anywhere-in-ml")
+    assert _both([*entries[:101], unanchored], pod) == ("class-100", "class-100")
+
+
 @settings(max_examples=300, deadline=None)
 @given(pod=pods())
 def test_shipped_classes_agree_with_the_linear_scan(pod: dict[str, Any]) -> None:

@@ -120,10 +120,14 @@ def trimmed(body: bytes, limit: int) -> tuple[int, bytes]:
     """``body``'s JSON objects counted, and ``body`` without the ``metadata.managedFields`` of
     ``request.object`` and ``request.oldObject``: the field managers' record kube-apiserver sends with
     every object (a fifth to a quarter of a pod's review), which no rule reads and whose parse and
-    freeing cost more than a pod's rules. One pass in C (webhook/_envelope.c) that follows the JSON
-    grammar, so that a cut is a whole member at that path whatever a string holds; it stops past
-    ``limit`` objects. (-1, ``body``) where it does not read ``body`` (not one JSON value, nested past
-    orjson's depth, or the interpreted build, which has no C): the body is then parsed as it is."""
+    freeing cost more than a pod's rules. One pass in C (webhook/_envelope.c): the JSON grammar
+    followed on the path to each cut and inside it, so that a cut is a whole member at that path
+    whatever a string holds; every other value followed by its strings and brackets only (its
+    commas, colons and literals left for orjson to judge), and, past the last metadata a member can
+    be cut from, only the ``{`` counted. It stops past ``limit`` objects. (-1, ``body``) where it
+    does not read ``body`` (brackets or strings that do not close, a member on the path out of the
+    grammar, nested past orjson's depth, or the interpreted build, which has no C): the body is then
+    parsed as it is."""
     if _TRIM is None:
         return -1, body
     return _TRIM(body, limit)
@@ -223,9 +227,11 @@ def _request(req: dict[str, Any]) -> Request:
     if operation == "UPDATE" and not isinstance(old, dict):
         raise ReviewError("request.oldObject must be an object on UPDATE")
     namespace, name, sub_resource = req.get("namespace"), req.get("name"), req.get("subResource")
-    for field, value in (("namespace", namespace), ("name", name), ("subResource", sub_resource)):
-        if value is not None and not isinstance(value, str):
-            raise ReviewError(f"request.{field} must be a string")
+    if not ((namespace is None or isinstance(namespace, str)) and (name is None or isinstance(name, str))
+            and (sub_resource is None or isinstance(sub_resource, str))):
+        for field, value in (("namespace", namespace), ("name", name), ("subResource", sub_resource)):
+            if value is not None and not isinstance(value, str):
+                raise ReviewError(f"request.{field} must be a string")
     # a frozen dataclass's own __init__ pays an object.__setattr__ call per field: its instance's fields
     # are given at once instead, as one dict (the same object: equal to the one __init__ builds)
     request = _new_object(Request)

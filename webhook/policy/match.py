@@ -171,19 +171,23 @@ class Classifier:
         #: the entries as plain data, read at load: a pydantic model's fields cost a generic
         #: attribute lookup each in the compiled core, on every pod
         self._plain = tuple(_PlainEntry(entry, workload_class) for entry, workload_class in self.entries)
-        self._owner: dict[str, list[int]] = {}
-        self._kind: dict[str, list[int]] = {}
-        self._label: dict[str, list[int]] = {}
-        self._annotation: dict[str, list[int]] = {}
-        self._always: list[int] = []
+        #: anchor → the entries needing it, as a bit set (bit i: entry i): a pod's candidates are the
+        #: union of its anchors' sets, checked from the lowest bit up (the entries' order) without a
+        #: set made, filled and sorted on every pod
+        self._owner: dict[str, int] = {}
+        self._kind: dict[str, int] = {}
+        self._label: dict[str, int] = {}
+        self._annotation: dict[str, int] = {}
+        self._always = 0
         for index, (entry, _) in enumerate(self.entries):
             table, keys = self._anchor(entry)
             if table is None:
-                self._always.append(index)
+                self._always |= 1 << index
+                continue
             for key in keys:
-                table.setdefault(key, []).append(index)  # type: ignore[union-attr]
+                table[key] = table.get(key, 0) | 1 << index
 
-    def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, list[int]] | None, tuple[str, ...]]:
+    def _anchor(self, m: schema.ClassMatch) -> tuple[dict[str, int] | None, tuple[str, ...]]:
         """One condition the entry cannot match without, as (index table, keys any of which it needs)."""
         if m.ownerKinds:
             return self._owner, tuple(m.ownerKinds)
@@ -212,37 +216,41 @@ class Classifier:
         What ``entry_matches`` decides on ``PodFacts.of`` these arguments (a property test holds
         it to that), without building the facts: the pod's labels and annotations are read as
         they are when they hold only strings, as nearly every pod's do."""
-        always = self._always
-        candidates: set[int] = set(always)
+        candidates = self._always
+        owner = self._owner
         for kind in owner_kinds:
-            found = self._owner.get(kind)
+            found = owner.get(kind)
             if found is not None:
-                candidates.update(found)
+                candidates |= found
         found = self._kind.get(workload_kind)
         if found is not None:
-            candidates.update(found)
+            candidates |= found
         meta = as_dict(pod_meta)
         labels, annotations = meta.get("labels"), meta.get("annotations")
         # each of the pod's keys looked up (a pod has a few labels: compiled, a lookup each costs
         # less than one generic call of frozenset.intersection)
-        if isinstance(labels, dict) and self._label:
+        table = self._label
+        if isinstance(labels, dict) and table:
             for key in labels:
-                found = self._label.get(key) if type(key) is str else None
+                found = table.get(key) if type(key) is str else None
                 if found is not None:
-                    candidates.update(found)
-        if isinstance(annotations, dict) and self._annotation:
+                    candidates |= found
+        table = self._annotation
+        if isinstance(annotations, dict) and table:
             for key in annotations:
-                found = self._annotation.get(key) if type(key) is str else None
+                found = table.get(key) if type(key) is str else None
                 if found is not None:
-                    candidates.update(found)
+                    candidates |= found
         if not candidates:
             return ""
         pod_labels, pod_annotations = _strings(labels), _strings(annotations)
         plain = self._plain
-        for index in sorted(candidates):
-            entry = plain[index]
+        while candidates:
+            lowest = candidates & -candidates
+            entry = plain[lowest.bit_length() - 1]
             if entry.matches(pod_labels, pod_annotations, owner_kinds, workload_kind, namespace, ns_labels):
                 return entry.workload_class
+            candidates ^= lowest
         return ""
 
 

@@ -19,25 +19,39 @@ from webhook.policy.settings.mutation import TrainingLocalityRule
 PHASES = ("mutate",)
 
 
-def run(ctx: RuleContext, cfg: TrainingLocalityRule) -> None:
-    selector = job_selector(ctx, cfg)
+class Settings:
+    """What ``run`` reads of the rule's settings on every pod, made with the plans of a policy set
+    (compiled, a native object's attribute is a load, a pydantic model's a generic lookup)."""
+
+    def __init__(self, cfg: TrainingLocalityRule) -> None:
+        self.required = cfg.type == "required"
+        self.weight, self.topology_key = cfg.weight, cfg.topologyKey
+        #: the job-identity labels, in the policy's order, each with the kinds whose templates get it
+        self.identities: tuple[tuple[str, frozenset[str]], ...] = tuple(
+            (identity.label, frozenset(identity.kinds)) for identity in cfg.jobIdentities)
+
+
+def run(ctx: RuleContext, settings: Settings) -> None:
+    selector = job_selector(ctx, settings)
     if selector is None:
         return
     if affinity.add_pod_term(
         ctx.builder, ctx.spec, ctx.spec_at, affinity.POD_AFFINITY,
-        required=cfg.type == "required", weight=cfg.weight, selector=selector, topology_key=cfg.topologyKey,
+        required=settings.required, weight=settings.weight, selector=selector, topology_key=settings.topology_key,
     ):
         ctx.changed("trainingLocality")
 
 
-def job_selector(ctx: RuleContext, cfg: TrainingLocalityRule) -> dict[str, str] | None:
+def job_selector(ctx: RuleContext, settings: Settings) -> dict[str, str] | None:
     labels = submap(ctx.meta, "labels")
-    for identity in cfg.jobIdentities:
-        if identity.label in labels:
-            return {identity.label: text(labels[identity.label])}
+    identities = settings.identities
+    for label, _ in identities:
+        if label in labels:
+            return {label: text(labels[label])}
     if ctx.target.is_pod or not ctx.request.name:
         return None
-    for identity in cfg.jobIdentities:
-        if ctx.request.kind in identity.kinds:
-            return {identity.label: ctx.request.name}
+    kind = ctx.request.kind
+    for label, kinds in identities:
+        if kind in kinds:
+            return {label: ctx.request.name}
     return None
