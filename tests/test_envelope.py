@@ -5,6 +5,7 @@ value less those members whatever the text holds; the answers byte for byte thos
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import random
 from typing import Any
@@ -44,13 +45,15 @@ def _trim(body: bytes, limit: int = 10**9) -> tuple[int, bytes]:
     return review._TRIM(body, limit)
 
 
-def _bodies() -> list[bytes]:
-    """Every corpus review as kube-apiserver wrote it (indented) and compact, as it sends it."""
-    found = []
+@functools.cache
+def _bodies() -> tuple[bytes, ...]:
+    """Every corpus review as kube-apiserver wrote it (indented) and compact, as it sends it (read once
+    per run, kept as a tuple of bytes: no test can change it for the next)."""
+    found: list[bytes] = []
     for path in corpus_reviews():
         text = path.read_bytes()
         found += [text, orjson.dumps(orjson.loads(text))]
-    return found
+    return tuple(found)
 
 
 @native

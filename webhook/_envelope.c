@@ -150,6 +150,7 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     unsigned char tag[MAX_DEPTH];  /* what each open object is on the path */
     int depth = 0, state = VALUE, child = OTHER, create = 0;
     Py_ssize_t objects = 0, i = 0, comma = -1;
+    Py_ssize_t counted_from = -1; /* where the part only counted begins (-1: the body read to its end) */
     /* the cuts: [start, end) each; a member first in its object takes the comma after it */
     Py_ssize_t cut_start[MAX_CUTS], cut_end[MAX_CUTS];
     int cuts = 0, open_cut = 0, open_depth = -1, comma_after = 0, first_member = 0;
@@ -263,8 +264,10 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 return answer(-1, body);
             if (comma_after && depth == open_depth)
                 comma_after = 0; /* the member cut was the object's only one: "{}" stays */
-            if (tag[depth - 1] == OLD_METADATA || (tag[depth - 1] == METADATA && create))
-                goto rest; /* nothing after it is cut: the rest only counted */
+            if (tag[depth - 1] == OLD_METADATA || (tag[depth - 1] == METADATA && create)) {
+                counted_from = i; /* nothing after it is cut: the rest only counted */
+                break;
+            }
             depth--;
             i++;
             value_done = 1;
@@ -317,15 +320,16 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 comma_after = first_member;
             }
         }
+        if (counted_from >= 0)
+            break;
     }
-    if (state != DONE)
-        return answer(-1, body);
-    if (0) {
-    rest:
+    if (counted_from >= 0) {
         /* the rest is left as it is, for orjson to read; its "{" counted, strings' included (a bound) */
-        for (const unsigned char *p = s + i, *e = s + n; (p = memchr(p, '{', (size_t)(e - p))) != NULL; p++)
+        for (const unsigned char *p = s + counted_from, *e = s + n; (p = memchr(p, '{', (size_t)(e - p))) != NULL; p++)
             if (++objects > limit)
                 return answer(objects, body);
+    } else if (state != DONE) {
+        return answer(-1, body);
     }
     if (cuts == 0)
         return answer(objects, body);
