@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from webhook import review
+from webhook.errors import ReviewError
 from webhook.policy.decision import Decision, Finding
 from webhook.policy.request import Request
 from webhook.policy.schema import Mode
@@ -75,6 +76,23 @@ def test_a_parsed_request_is_the_request_its_fields_make() -> None:
     assert (parsed.api_version, parsed.uid) == ("admission.k8s.io/v1", "u-1")
     with pytest.raises(AttributeError):
         parsed.uid = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("field", ["namespace", "name", "subResource"])
+@pytest.mark.parametrize("value", [5, ["ml"], {"name": "ml"}, True])
+def test_a_request_field_that_is_not_a_string_is_named(field: str, value: Any) -> None:
+    """namespace, name and subResource: a string or absent; anything else refused (a 400), the field named."""
+    request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+               "namespace": "ml", "name": "train", "object": {"kind": "Pod"}, field: value}
+    with pytest.raises(ReviewError, match=rf"^request\.{field} must be a string$"):
+        review.parse_review(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
+    # the control: a string, or the field absent or null, is read
+    for kept in ("pods-status", None):
+        parsed = review.parse_review(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                                 "request": {**request, field: kept}}))
+        assert parsed.request.operation == "CREATE"
+    request.pop(field)
+    assert review.parse_review(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
 
 
 def _finding(mode: Mode, message: str, rule: str = "quota") -> Finding:
