@@ -170,7 +170,7 @@ def main() -> None:
           f"{len(list(fleet.pods()))} pods, {len(fleet.node_groups())} node groups")
     steered = engine.evaluate(policies, request, fleet, "mutate")
     print(f"mutation against the fleet: {len(steered.patch)} patch operations, "
-          f"steered: {any(c.what == 'nodeAffinity' for c in steered.changes)}")
+          f"steered: {any(what == 'nodeAffinity' for _, _, what in steered.changes)}")
     big = f"{args.nodes:,} nodes / {args.pods:,} pods"
     for pod, sent in (("training pod", request), ("DRA claim pod", dra_pod())):
         cases = {"10 nodes": small, big: fleet}

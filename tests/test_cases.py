@@ -81,7 +81,7 @@ def run_case(suite: dict[str, Any], case: dict[str, Any]) -> None:
     for text in expect.get("warnings", []):
         assert any(text in w for w in decision.warnings), decision.warnings
     if "changes" in expect:
-        assert sorted({c.what for c in decision.changes}) == sorted(expect["changes"])
+        assert sorted({what for _, _, what in decision.changes}) == sorted(expect["changes"])
     if "findings" in expect:
         assert sorted(f"{f.rule}:{f.label}" for f in decision.findings) == sorted(expect["findings"])
     patched = apply_patch(obj, decision.patch)

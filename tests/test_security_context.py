@@ -80,7 +80,7 @@ def test_an_empty_pod_gets_what_the_field_by_field_defaults_give(
     _field_by_field(expected, cfg)
     assert json.dumps(whole.builder.ops) == json.dumps(expected.builder.ops), "the same patch, keys in the same order"
     assert apply_patch(pod, whole.builder.ops) == whole.builder.doc == expected.builder.doc
-    assert [c.what for c in whole.sink.changes] == (["securityContext"] if expected.builder.ops else [])
+    assert [what for _, _, what in whole.sink.changes] == (["securityContext"] if expected.builder.ops else [])
 
 
 #: identities: root asked for (runAsUser 0, runAsNonRoot false), another user chosen, or neither

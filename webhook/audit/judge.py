@@ -136,8 +136,8 @@ def outcomes(
         for finding in findings:
             found.setdefault((finding.policy, finding.rule), []).append((where, finding))
     changed: dict[tuple[str, str], list[str]] = {}
-    for change in result.mutation.changes:
-        changed.setdefault((change.policy, change.rule), []).append(change.what)
+    for policy, rule, what in result.mutation.changes:
+        changed.setdefault((policy, rule), []).append(what)
     has_gpu: dict[Phase, bool] = {}  # per phase, as the engine judges it (only when a GPU-only policy asks)
     lifted_by = _lifted_by(policies, result) if policies.exceptions else {}
     classes: dict[Phase, tuple[str, ...]] = {}  # per phase, the object's pod specs' workload classes

@@ -18,7 +18,6 @@ from webhook.view.claim_gpus import PodClaims
 from webhook.view.device_classes import ClusterClasses
 from webhook.view.protocol import ClusterView
 
-_new_tuple: Final = tuple.__new__  # (a C static when compiled)
 _NO_CLASSES = match.Classifier(())
 
 
@@ -256,7 +255,6 @@ class RuleContext:
 
     def changed(self, what: str) -> None:
         """Record that this rule changed ``what`` (for provenance and dry-run findings)."""
-        # what Change(...) does, without the named tuple's __new__, a Python function on CPython 3.11
         # (the policy's name from the step: settings and policies are pydantic models, slower to read)
         step = self.step
-        self.sink.changes.append(_new_tuple(Change, (step[2], step[0], what)))
+        self.sink.changes.append((step[2], step[0], what))

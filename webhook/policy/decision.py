@@ -10,12 +10,10 @@ from webhook.policy.finding import Finding
 __all__ = ["ALLOW", "Change", "Decision", "Finding"]
 
 
-class Change(NamedTuple):
-    """One change a rule made to the object (mutations in enforce mode)."""
-
-    policy: str
-    rule: str
-    what: str
+#: One change a rule made to the object (mutations in enforce mode): (policy, rule, what). A plain
+#: tuple, read by unpacking: compiled, one is built in a few dozen instructions where a named tuple's
+#: takes ~850 (``tuple.__new__`` of a subtype), and a pod is changed five times or so per admission.
+Change = tuple[str, str, str]
 
 
 class Decision(NamedTuple):

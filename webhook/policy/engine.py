@@ -502,7 +502,7 @@ def _run_some_dry(ctx: RuleContext, rules: tuple[_Step, ...], dry_runs: tuple[bo
 def _dry_run(ctx: RuleContext, run: Callable[[RuleContext, Any], None], cfg: Any) -> None:
     """Run a mutation in warn/audit mode on a context's dry-run copy: report what it would change."""
     run(ctx, cfg)
-    for change in dict.fromkeys(c.what for c in ctx.sink.changes):
+    for change in dict.fromkeys(what for _, _, what in ctx.sink.changes):
         ctx.report(f"{ctx.where()}: would set {change}")
 
 
@@ -537,20 +537,32 @@ def _parse_provenance(value: str) -> tuple[dict[str, None], dict[str, None]]:
 
 
 def _summary(changes: list[Change]) -> str:
-    """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it."""
-    # a loop into lists, not zip(*changes) and dict.fromkeys: this runs for every pod mutated, and
-    # compiled, a membership test of a few strings (the same objects, found by identity) and the join
-    # of a list cost far less than a dict's stores and the join of its keys (~7,500 instructions for
-    # a pod changed five times, ~3,000 so)
+    """"tolerations,shm; policy=gpu-defaults": what changed, then which policies changed it. Remembered
+    per sequence of changes, within a bound: pods of one workload are changed alike, and compiled, the
+    lookup of a few changes costs about a fifth of working the text out again."""
+    key = tuple(changes)
+    found = _SUMMARIES.get(key)
+    if found is not None:
+        return found
+    # a loop into lists, not zip(*changes) and dict.fromkeys: compiled, a membership test of a few
+    # strings (the same objects, found by identity) and the join of a list cost far less than a dict's
+    # stores and the join of its keys
     parts: list[str] = []
     owners: list[str] = []
-    for change in changes:
-        owner, what = change[0], change[2]
+    for owner, _, what in changes:
         if owner not in owners:
             owners.append(owner)
         if what not in parts:
             parts.append(what)
-    return f"{','.join(parts)}; policy={','.join(owners)}"
+    summary = f"{','.join(parts)}; policy={','.join(owners)}"
+    if len(_SUMMARIES) < _SUMMARIES_SIZE:  # (what a rule changed is a literal: the sequences are a policy set's)
+        _SUMMARIES[key] = summary
+    return summary
+
+
+#: summaries worked out so far (``_summary``), at most _SUMMARIES_SIZE
+_SUMMARIES: Final[dict[tuple[Change, ...], str]] = {}
+_SUMMARIES_SIZE: Final = 1024
 
 
 def _decide(builder: PatchBuilder, sink: Findings, summary: str) -> Decision:

@@ -72,7 +72,7 @@ def _result(result: Result) -> dict[str, Any]:
             for phase, findings in (("mutate", result.mutation.findings), ("validate", result.validation.findings))
             for f in findings
         ],
-        "changes": [{"policy": c.policy, "rule": c.rule, "what": c.what} for c in result.mutation.changes],
+        "changes": [{"policy": policy, "rule": rule, "what": what} for policy, rule, what in result.mutation.changes],
         "warnings": list(result.warnings),
         "patch": list(result.mutation.patch),
     }

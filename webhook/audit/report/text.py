@@ -58,7 +58,7 @@ def _block(result: Result, paint: Callable[[str], str]) -> list[str]:
     if doc.item is not None:
         where += f", items[{doc.item}]"
     lines = [f"{paint(status)}{' ' * (8 - len(status))}{result.request.subject}  ({where})"]
-    changes = list(dict.fromkeys(c.what for c in result.mutation.changes))
+    changes = list(dict.fromkeys(what for _, _, what in result.mutation.changes))
     if changes:
         lines.append(f"{_INDENT}would set: {', '.join(changes)}")
     lines.extend(f"{_INDENT}{f.label:7} {f.text()}" for f in result.findings)

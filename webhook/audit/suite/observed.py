@@ -31,7 +31,7 @@ class Observed:
         found = [o for o in self.outcomes if o.policy == policy and o.rule == rule]
         if not found:
             return "none", []
-        changed = any(c.policy == policy and c.rule == rule for c in self.result.mutation.changes)
+        changed = any(change[:2] == (policy, rule) for change in self.result.mutation.changes)
         return min((_verdict(o, changed) for o in found), key=SEVERITY.index), [o.message for o in found]
 
     def rules(self) -> list[tuple[str, str]]:
