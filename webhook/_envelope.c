@@ -108,6 +108,110 @@ cut_scalar(const unsigned char *s, Py_ssize_t start, Py_ssize_t end)
     return k == end;
 }
 
+#define BLANK(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+
+/* the characters of a number or a literal */
+static const unsigned char SCALAR[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['-'] = 1, ['+'] = 1, ['.'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1,
+    ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1,
+    ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1, ['J'] = 1,
+    ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1,
+    ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+};
+
+/* The end (the index after it) of the value of a member cut, which begins at s[i]: the JSON grammar followed
+ * through it, its strings, numbers and literals only as plainly valid (string_end's plain, cut_scalar), its
+ * objects counted into *objects. -1 when it is not such a value, or nests past MAX_DEPTH (``depth``
+ * levels open around it); -2 as soon as *objects is past ``limit``. The general loop of trim reads the same,
+ * token by token through its states; this is the same grammar as a few tight loops (a member cut is most of
+ * what trim follows token by token: kube-apiserver's record of field managers, a tree of short keys). */
+static Py_ssize_t
+plain_value(const unsigned char *s, Py_ssize_t i, Py_ssize_t n, int depth, Py_ssize_t *objects, Py_ssize_t limit)
+{
+    unsigned char open[MAX_DEPTH]; /* '{' or '[' per container open in the value */
+    int top = 0;
+    for (;;) {
+        /* a value */
+        while (i < n && BLANK(s[i]))
+            i++;
+        if (i >= n)
+            return -1;
+        unsigned char c = s[i];
+        if (c == '{' || c == '[') {
+            if (depth + top >= MAX_DEPTH)
+                return -1;
+            if (c == '{' && ++*objects > limit)
+                return -2;
+            open[top++] = c;
+            i++;
+            while (i < n && BLANK(s[i]))
+                i++;
+            if (i >= n)
+                return -1;
+            if (s[i] == (c == '{' ? '}' : ']')) { /* empty */
+                top--;
+                i++;
+            } else if (c == '[') {
+                continue; /* its first value */
+            } else {
+                goto key;
+            }
+        } else if (c == '"') {
+            Py_ssize_t end = string_end(s, i, n, 1);
+            if (end < 0)
+                return -1;
+            i = end + 1;
+        } else {
+            Py_ssize_t start = i;
+            while (i < n && SCALAR[s[i]])
+                i++;
+            if (i == start || !cut_scalar(s, start, i))
+                return -1;
+        }
+        /* after a value: the containers it closes, then a comma or the end */
+        for (;;) {
+            if (top == 0)
+                return i;
+            while (i < n && BLANK(s[i]))
+                i++;
+            if (i >= n)
+                return -1;
+            c = s[i];
+            if (c == ',') {
+                i++;
+                if (open[top - 1] == '[')
+                    break; /* the next value */
+                goto key;
+            }
+            if (c != (open[top - 1] == '{' ? '}' : ']'))
+                return -1;
+            top--;
+            i++;
+        }
+        continue;
+    key:
+        /* a key and its colon; its value next */
+        while (i < n && BLANK(s[i]))
+            i++;
+        if (i >= n || s[i] != '"')
+            return -1;
+        {
+            Py_ssize_t end = string_end(s, i, n, 1);
+            if (end < 0)
+                return -1;
+            i = end + 1;
+        }
+        while (i < n && BLANK(s[i]))
+            i++;
+        if (i >= n || s[i] != ':')
+            return -1;
+        i++;
+    }
+}
+
 static int
 is_key(const unsigned char *s, Py_ssize_t start, Py_ssize_t end, const char *key, Py_ssize_t size)
 {
@@ -162,9 +266,18 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             continue;
         }
         int value_done = 0;
-        switch (c) {
+        if (open_cut && state == VALUE) {
+            /* the value of the member cut, read whole */
+            Py_ssize_t end = plain_value(s, i, n, depth, &objects, limit);
+            if (end == -2)
+                return answer(objects, body);
+            if (end < 0)
+                return answer(-1, body);
+            i = end;
+            value_done = 1;
+        } else switch (c) {
         case '"': {
-            Py_ssize_t end = string_end(s, i, n, open_cut);
+            Py_ssize_t end = string_end(s, i, n, 0);
             if (end < 0)
                 return answer(-1, body);
             if (state == KEY || state == KEY_OR_END) {
@@ -209,7 +322,7 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 return answer(-1, body);
             if (depth >= MAX_DEPTH)
                 return answer(-1, body);
-            if (depth > 0 && child == OTHER && !open_cut) {
+            if (depth > 0 && child == OTHER) {
                 /* off the path and not cut: its strings and brackets followed to its end, its objects
                  * counted; its commas, colons and literals are orjson's to read (they stay) */
                 int base = depth;
@@ -295,10 +408,9 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 return answer(-1, body);
             {
                 Py_ssize_t start = i;
-                while (i < n && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
-                                 (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-' || s[i] == '+' || s[i] == '.'))
+                while (i < n && SCALAR[s[i]])
                     i++;
-                if (i == start || (open_cut && !cut_scalar(s, start, i)))
+                if (i == start)
                     return answer(-1, body);
             }
             value_done = 1;
