@@ -159,8 +159,8 @@ def test_bench_instructions_counts_whole_servers_per_request() -> None:
     found = re.search(r"^pod without GPU +\d+ +([\d,]+) +([\d,]+) +([\d.]+)x$", result.stdout, re.M)
     assert found, result.stdout
     ours, floor = (int(found.group(i).replace(",", "")) for i in (1, 2))
-    # a request over TLS costs each server hundreds of thousands of instructions; ours parses as the floor
-    # does, then evaluates: more, whichever policy core runs
-    assert floor > 100_000 and ours > floor, result.stdout
+    # a request over TLS costs each server hundreds of thousands of instructions (here most of them its
+    # share of the 20 handshakes): counted for each, in process of its own (not the same count twice)
+    assert floor > 100_000 and ours > 100_000 and ours != floor, result.stdout
     assert abs(floor / ours - float(found.group(3))) < 0.011, result.stdout
     assert re.search(r"^40 requests per count .*policy core: (compiled|interpreted)$", result.stdout, re.M), result.stdout

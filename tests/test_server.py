@@ -202,6 +202,25 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     return lines[0], headers, await reader.readexactly(int(headers["content-length"]))
 
 
+async def test_a_target_spelt_otherwise_is_read_as_its_url_says(webhook: Webhook, pki: Any) -> None:
+    """The fast path takes the request target as sent, up to its query; a target spelt any other way
+    (percent-escapes, dot segments) goes through the router, which reads it as a URL: the same answer,
+    beside the control that a target naming no endpoint is a 404 either way."""
+    sent = load_review(corpus_reviews()[0])
+    plain = await webhook.review("/mutate", sent)
+    body = json.dumps(sent).encode()
+    port = int(webhook.base.rsplit(":", 1)[1])
+    for target, status in (("/mut%61te?timeout=10s", "200"), ("/%6Dutate", "200"), ("/mutat%65s", "404"), ("/mutate%3F", "404")):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=pki.client_context(), server_hostname="localhost")
+        try:
+            line, _, answer = await _exchange(reader, writer, f"POST {target} HTTP/1.1\r\nHost: x\r\n", body)
+        finally:
+            writer.close()
+        assert line.split(" ")[1] == status, (target, line)
+        if status == "200":
+            assert json.loads(answer)["response"] == plain["response"], target
+
+
 async def test_answers_are_well_formed_http_on_kept_and_closed_connections(webhook: Webhook, pki: Any) -> None:
     """The admission answer is written in one piece (handlers.Answer): status line and headers as
     HTTP/1.1 and 1.0 clients expect them, the connection kept or closed as each asked."""

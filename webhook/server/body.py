@@ -26,8 +26,9 @@ _Body = TypeVar("_Body", bytes, bytearray)
 async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) -> bytes:
     """The request body, inflated; RequestBodyError (4xx) when it is unusable or too slow."""
     encoding = _encoding(request)
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise RequestBodyError(413, "too-large", f"request body of {request.content_length} bytes is over the {max_bytes}-byte limit")
+    length = request.content_length  # (a property that reads the header afresh on every read)
+    if length is not None and length > max_bytes:
+        raise RequestBodyError(413, "too-large", f"request body of {length} bytes is over the {max_bytes}-byte limit")
     try:
         if encoding == "identity" and request.content.is_eof():
             # nearly every review arrives whole with its head: take it as it is, no timer, no chunk loop
