@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 import ssl
+import time
 
 import pytest
 from typing import Any
@@ -205,10 +206,100 @@ async def test_connections_past_the_cap_are_closed_at_once(start_webhook: StartW
         assert resp.status == 200
 
 
-async def test_an_idle_connection_that_never_sends_is_closed(start_webhook: StartWebhook, pki: Pki) -> None:
-    hook = await start_webhook(listen=GUARDED)
+async def test_a_connection_that_never_sends_is_closed_at_the_idle_timeout(start_webhook: StartWebhook, pki: Pki) -> None:
+    """A new connection that sends nothing is idle, as a kept-alive one between requests is: closed at
+    the idle timeout, not at the header timeout (which runs from a head's first byte)."""
+    config = listener.ListenerConfig(host="127.0.0.1", port=0, header_timeout=0.3, trickle=0.1, idle_timeout=1.5)
+    hook = await start_webhook(listen=config)
+    loop = asyncio.get_running_loop()
     reader, _ = await connect(port_of(hook), pki.client_context())
-    assert await closed_by_server(reader, 5) == b""
+    opened = loop.time()
+    assert await closed_by_server(reader, 10) == b""
+    assert loop.time() - opened >= config.idle_timeout - 0.05, "closed before its idle timeout"
+    assert hook.app[keys.METRICS].rejected.labels("header-timeout")._value.get() == 0
+
+
+async def test_a_connection_opened_ahead_of_need_serves_its_first_request_after_the_header_timeout(
+    start_webhook: StartWebhook, pki: Pki
+) -> None:
+    """kube-apiserver's client (Go's net/http) dials a connection for a request and, when another frees
+    up first, keeps the new one idle for a later request: that request is answered, however long
+    after the header timeout it comes (dropped at the header timeout, such a connection made the next
+    request fail with EOF). The control: a head begun and not finished is still dropped at it."""
+    hook = await start_webhook(listen=GUARDED)
+    sent = load_review(corpus_reviews()[1])
+    reader, writer = await connect(port_of(hook), pki.client_context())
+    await asyncio.sleep(GUARDED.header_timeout * 3)
+    writer.write(request("/validate", json.dumps(sent).encode()))
+    head, answer = await read_answer(reader)
+    assert head.startswith(b"HTTP/1.1 200") and answer["response"]["uid"] == sent["request"]["uid"]
+    writer.close()
+    assert hook.app[keys.METRICS].rejected.labels("header-timeout")._value.get() == 0
+    assert await slowloris(port_of(hook), pki.client_context()) == b""
+    assert hook.app[keys.METRICS].rejected.labels("header-timeout")._value.get() == 1
+
+
+async def test_a_request_that_came_while_the_loop_was_busy_past_the_idle_deadline_is_answered(
+    start_webhook: StartWebhook, pki: Pki
+) -> None:
+    """The client sent its next request before the idle deadline and the loop, busy, reached the
+    deadline before it read the socket (uvloop runs due timers before it polls): the request is
+    answered, not met with a close (what kube-apiserver reports as "failed calling webhook: EOF").
+    The control: the same connection left idle is closed at its idle timeout."""
+    config = listener.ListenerConfig(host="127.0.0.1", port=0, idle_timeout=0.5)
+    hook = await start_webhook(listen=config)
+    sent = load_review(corpus_reviews()[1])
+    whole = request("/validate", json.dumps(sent).encode())
+    # a blocking client: what it sends is in the server's socket at once, whatever the loop does
+    sock = await asyncio.to_thread(blocking_connection, port_of(hook), pki.client_context())
+    try:
+        sock.sendall(whole)
+        assert (await asyncio.to_thread(blocking_answer, sock)).startswith(b"HTTP/1.1 200")
+        # the loop busy reading (a burst of TLS handshakes, say) past the idle deadline while the request comes
+        loop, (ready, poke) = asyncio.get_running_loop(), socket.socketpair()
+        done = loop.create_future()
+
+        def busy() -> None:
+            loop.remove_reader(ready)
+            sock.sendall(whole)
+            time.sleep(config.idle_timeout + 0.3)
+            done.set_result(None)
+
+        loop.add_reader(ready, busy)
+        poke.send(b"!")
+        await done  # (the socket read only then: one thread at a time on a TLS socket)
+        answer = await asyncio.to_thread(blocking_answer, sock)
+        assert answer.startswith(b"HTTP/1.1 200") and sent["request"]["uid"].encode() in answer, answer[:200]
+        sock.settimeout(10)  # the control: left idle, closed at the idle timeout
+        assert await asyncio.to_thread(sock.recv, 1) == b""
+    finally:
+        sock.close()
+        ready.close()
+        poke.close()
+
+
+def blocking_connection(port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+    sock.settimeout(5)
+    return sock
+
+
+def blocking_answer(sock: ssl.SSLSocket) -> bytes:
+    """One whole HTTP response read from a blocking socket (b"" if the server closed first)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def silent_slowloris(port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:

@@ -168,7 +168,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         "until the header timeout (0: never)")
     p.add_argument("--body-timeout", type=_positive_seconds, default=10.0, help="seconds to receive a request's body")
     p.add_argument("--handshake-timeout", type=_positive_seconds, default=5.0, help="seconds for a client's TLS handshake")
-    p.add_argument("--idle-timeout", type=_positive_seconds, default=60.0, help="seconds before an idle connection is closed")
+    p.add_argument("--idle-timeout", type=_positive_seconds, default=120.0,
+                   help="seconds before an idle connection is closed (longer than kube-apiserver keeps one idle: 90 s)")
     p.add_argument("--max-connections", type=int, default=1000, help="client connections open at once")
     p.add_argument("--eval-deadline", type=_positive_seconds, default=2.0, help="seconds a large object's evaluation may take")
     p.add_argument("--log-mutations", action="store_true",

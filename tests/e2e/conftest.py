@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,23 @@ OPT_IN = "gpu-admission.io/enabled"
 
 def pytest_report_header() -> str:
     return f"e2e: KUBEBUILDER_ASSETS={os.environ.get('KUBEBUILDER_ASSETS', '(unset)')}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries the last lines of what gpu-admission and kube-apiserver logged
+    (their folders go with the run: a failure in CI is read from its report alone)."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        admission, apiserver = funcargs.get("admission"), funcargs.get("apiserver")
+        if isinstance(admission, Admission):
+            report.sections.append(("gpu-admission log (last lines)", admission.log_tail(80)))
+        if isinstance(apiserver, ApiServer):
+            report.sections.append(("kube-apiserver log (last lines)", apiserver.log_tail("kube-apiserver", 40)))
+    return report
 
 
 #: the namespace labels that let a namespace's pods choose each shipped workload class by label

@@ -11,7 +11,7 @@ aiohttp's request handler and drains before it stops:
    and each client moves its next request to a new connection;
 2. the listening socket closes (new connections are refused at connect);
 3. connections still open are answered to the end, then closed once idle
-   and quiet (no byte received for ``QUIET_SECONDS``), within the timeout;
+   and quiet (no byte received for ``QUIET_SECONDS``, none waiting unread), within the timeout;
    a connection accepted before the listener closed whose TLS handshake is
    still under way (common under load: each drained answer sends its client
    to a new connection) is waited for too, up to the handshake timeout.
@@ -32,12 +32,19 @@ import gc
 import logging
 import signal
 import ssl
+import sys
 import weakref
 from asyncio import sslproto
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from http import HTTPStatus
+
+try:  # (POSIX: the bytes a socket holds unread; elsewhere an idle connection is closed as aiohttp does)
+    import fcntl
+    import termios
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 from aiohttp import StreamReader, web, web_protocol
 from aiohttp.web_request import BaseRequest
@@ -76,6 +83,9 @@ QUIET_SECONDS = 0.5
 #: loop that answers what is in flight
 COLLECT_SECONDS = 1.0
 
+#: an idle connection found with bytes the loop has not read yet is looked at again this much later
+IDLE_RECHECK = 1.0
+
 #: connections open at once on the plain metrics port (``metrics_port``): a scraper or two, and probes
 METRICS_CONNECTIONS = 64
 
@@ -84,16 +94,19 @@ METRICS_CONNECTIONS = 64
 class ListenerConfig:
     host: str = "0.0.0.0"
     port: int = 8443
-    #: from the first byte of a request (or from the handshake) to its last header line
+    #: from the first byte of a request head to its last header line (a connection that has sent
+    #: nothing yet is idle: ``idle_timeout``)
     header_timeout: float = 5.0
     #: a request head still incomplete this long after its first byte is trickling in (a real
     #: client sends its head at once; a lost TCP segment is resent well within a second): its
     #: connection is parked, not read again until the head's deadline, so a slowloris client
     #: costs a few wakeups instead of one per record (0: never park)
     trickle: float = 1.0
-    #: an idle keep-alive connection is closed after this long (kube-apiserver's
-    #: client keeps idle connections for 90 s and opens a new one when needed)
-    idle_timeout: float = 60.0
+    #: a connection idle this long (no request since the last answer, or none since it was opened) is
+    #: closed. Longer than kube-apiserver's client keeps an idle connection (90 s, Go's net/http
+    #: default), so that it is the client that closes: a close from this side can cross a request
+    #: the client has just sent, which fails with "EOF" (kube-apiserver retries no webhook POST)
+    idle_timeout: float = 120.0
     handshake_timeout: float = 5.0
     max_connections: int = 1000
     #: after an early answer (413, 408) the rest of a body is read and dropped for this long
@@ -106,6 +119,22 @@ class ListenerConfig:
     #: serve /metrics, /healthz and /readyz (only those) in plain HTTP on this port too, on ``host``
     #: (``--metrics-port``); None: none. The TLS port then no longer serves /metrics (the app's config).
     metrics_port: int | None = None
+
+
+def unread_bytes(transport: asyncio.BaseTransport) -> int:
+    """How many bytes the client sent that wait in the kernel, not read by the loop yet (0 if unknown).
+
+    An event loop busy past a connection's idle deadline may run the deadline's timer before it
+    reads what came meanwhile (uvloop runs due timers after its poll's callbacks and before its
+    next poll): a request sent in time would find its connection closed. A system call, made
+    only when an idle connection is about to be closed."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or fcntl is None:
+        return 0
+    try:
+        return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"), sys.byteorder, signed=True)
+    except (OSError, ValueError):  # (a socket closed meanwhile, a platform without FIONREAD)
+        return 0
 
 
 class CloseLog:
@@ -204,7 +233,24 @@ class GuardedHandler(web_protocol.RequestHandler):
             return
         self._app[keys.METRICS].connections.inc()
         self._counted = True
-        self._arm_header_timer()
+        # nothing sent yet: idle, not a head under way (kube-apiserver's client, Go's net/http, keeps a
+        # connection it dialled and did not need for its next request). aiohttp's idle timer from
+        # here, where its version does not arm it itself
+        if self._keepalive_handle is None and self._keepalive_timeout:
+            self._keepalive_handle = self._loop.call_at(self._loop.time() + self._keepalive_timeout,
+                                                        self._process_keepalive)
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle close, unless the connection is not idle after all: the client sent bytes
+        the loop has not read yet (``unread_bytes``), or a request head is under way (its header
+        timeout ends it). Looked at again ``IDLE_RECHECK`` later then; an answer restarts the idle time."""
+        transport = self.transport
+        if transport is not None and not self._force_close and (
+            self._header_timer is not None or self._parked or unread_bytes(transport)
+        ):
+            self._keepalive_handle = self._loop.call_at(self._loop.time() + IDLE_RECHECK, self._process_keepalive)
+            return
+        super()._process_keepalive()
 
     def _client_accepted(self, transport: asyncio.BaseTransport) -> bool:
         """The verified client certificate names one of ``client_names`` (without one: refused)."""
@@ -429,7 +475,8 @@ class Listener:
         if server is None:
             return False
         return any(
-            not (isinstance(c, GuardedHandler) and c.idle() and now - c.last_activity >= QUIET_SECONDS)
+            not (isinstance(c, GuardedHandler) and c.idle() and now - c.last_activity >= QUIET_SECONDS
+                 and not (c.transport is not None and unread_bytes(c.transport)))
             for c in server.connections
         )
 
