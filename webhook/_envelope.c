@@ -261,7 +261,7 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     while (i < n) {
         unsigned char c = s[i];
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+        if (BLANK(c)) {
             i++;
             continue;
         }
@@ -419,7 +419,7 @@ trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (depth == 0) {
                 state = DONE;
                 /* the rest may only be blank */
-                while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t'))
+                while (i < n && BLANK(s[i]))
                     i++;
                 if (i < n)
                     return answer(-1, body);

@@ -82,9 +82,7 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request._method == "POST" and "Expect" not in request._headers:
-            # (read as Any: compiled, the NamedTuple aiohttp declares would be checked, and its C parser
-            # makes another type)
-            path = cast(Any, request)._message.path.partition("?")[0]
+            path = _message(request).path.partition("?")[0]
             if path in endpoints:
                 response = await admit(state, request, path)
                 if draining.is_set():  # (what app.py's close_when_draining does for the router's answers)
@@ -95,6 +93,12 @@ def dispatch(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[web.
         return await fallback(request)  # type: ignore[arg-type]
 
     return handle
+
+
+def _message(request: web.BaseRequest) -> Any:
+    """What aiohttp's parser made of the request's head (read as Any: compiled, the NamedTuple aiohttp
+    declares would be checked, and its C parser makes another type)."""
+    return cast(Any, request)._message
 
 
 async def admit(state: Served, request: web.BaseRequest, endpoint: str) -> web.StreamResponse:
@@ -279,7 +283,7 @@ class Answer(web.StreamResponse):
             await request._prepare_hook(self)
         keep_alive = self._keep_alive
         if keep_alive is None:  # (what the request's keep_alive and version say, read without their properties)
-            keep_alive = self._keep_alive = not cast(Any, request)._message.should_close  # (Any: see dispatch)
+            keep_alive = self._keep_alive = not _message(request).should_close
         version = request._version
         if version == HttpVersion11:
             head = _HEAD_11 if keep_alive else _HEAD_11_CLOSE
